@@ -1,0 +1,39 @@
+# cfkit: the two commands (reproduce, test) plus lab. Each creates .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU machines this kit is built on carry these torch wheels on disk; a newer torch from PyPI
+# would mean several GB of CUDA downloads. Override with `make TORCH= test` elsewhere.
+TORCH ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: reproduce test lab data clean-venv
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(if $(TORCH),$(BIN)/python -m pip install --quiet $(TORCH))
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+## reproduce: set up, get MNIST, verify the shipped zoo, run every notebook headless, write results/
+reproduce: $(VENV)/.installed
+	$(BIN)/cfkit reproduce
+
+## test: set up with the dev extras and run the test suite
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+## lab: open JupyterLab on the notebook series
+lab: $(VENV)/.installed
+	$(BIN)/jupyter lab notebooks/
+
+data: $(VENV)/.installed
+	$(BIN)/cfkit data
+
+clean-venv:
+	rm -rf $(VENV)
