@@ -1,0 +1,1 @@
+"""Every trained network of the kit: architectures, training loops and checkpoints."""

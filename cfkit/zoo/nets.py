@@ -1,0 +1,113 @@
+"""Architectures of the discriminative zoo: classifier, oracle, feature network, autoencoders.
+
+All take (N, 1, 28, 28) images in [0, 1]; classifiers return logits.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Classifier(nn.Module):
+    """The model under explanation: the C3LT MNIST CNN (returns logits, not log-probabilities).
+
+    Conv5x5(32)-ReLU-MaxPool-Conv5x5(64)-ReLU-MaxPool-FC(1024->256)-ReLU-Dropout-FC(10).
+    ``features`` is the convolutional part, ``head`` the rest, so methods can split the model.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 32, kernel_size=5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, kernel_size=5), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(4 * 4 * 64, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def _conv_bn(cin: int, cout: int) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+
+class Oracle(nn.Module):
+    """An independent judge of another architecture: 3x3 conv + batch-norm blocks, global pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            *_conv_bn(1, 32), *_conv_bn(32, 32), nn.MaxPool2d(2),
+            *_conv_bn(32, 64), *_conv_bn(64, 64), nn.MaxPool2d(2),
+            *_conv_bn(64, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+class FeatureNet(nn.Module):
+    """The FID/KID feature space: conv32-conv64-fc128 with batch-norm, trained as a digit classifier.
+
+    ``embed`` gives the 128-d features the metrics use; ``forward`` the logits used to train it.
+    """
+
+    num_features = 128
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, self.num_features), nn.BatchNorm1d(self.num_features), nn.ReLU(),
+        )
+        self.head = nn.Linear(self.num_features, 10)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x))
+
+
+class ClassAutoencoder(nn.Module):
+    """Per-class IM1 autoencoder (Van Looveren & Klaise): Conv16-pool-Conv8-pool-Conv8, mirrored decoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        )
+        self.decoder = nn.Sequential(
+            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+            nn.Conv2d(16, 1, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+
+class AllClassAutoencoder(nn.Module):
+    """All-class IM2 autoencoder (Van Looveren & Klaise): Conv16-Conv16-pool-Conv1, latent 1x14x14."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 1, 3, padding=1),
+        )
+        self.decoder = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 1, 3, padding=1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))

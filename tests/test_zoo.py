@@ -1,0 +1,109 @@
+"""The shipped zoo loads safely, reaches its figures, and the training code still runs."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from cfkit.errors import CheckpointError, QualityError
+from cfkit.paths import CHECKPOINT_DIR
+from cfkit.zoo import checkpoints
+from cfkit.zoo.checkpoints import MANIFEST, get_spec, load, names, read_manifest, train
+from cfkit.zoo.training import accuracy_on_test
+
+FIELDS = {"file", "sha256", "command", "seed", "epochs", "seconds", "quality"}
+
+
+def test_every_model_ships_with_a_manifest_entry() -> None:
+    manifest = read_manifest()
+    assert set(manifest) == set(names())
+    for name, entry in manifest.items():
+        assert FIELDS <= set(entry), name
+        assert entry["command"].startswith(f"cfkit train {name}")
+        assert (CHECKPOINT_DIR / entry["file"]).is_file()
+        assert get_spec(name).passes(entry["quality"]), f"{name} ships below its threshold"
+
+
+@pytest.mark.parametrize("name", names())
+def test_checkpoint_loads_frozen_in_eval_mode(name: str) -> None:
+    model = load(name)
+    assert not model.training
+    assert all(not p.requires_grad for p in model.parameters())
+    out = model(torch.zeros(2, 1, 28, 28))
+    assert out.shape == ((2, 10) if get_spec(name).kind == "classifier" else (2, 1, 28, 28))
+
+
+@pytest.mark.parametrize("name", ["classifier", "oracle"])
+def test_classifier_and_oracle_reach_99_percent(name: str) -> None:
+    recorded = read_manifest()[name]["quality"]["test_accuracy"]
+    assert recorded >= 0.99
+    assert accuracy_on_test(load(name)) == pytest.approx(recorded, abs=1e-4)
+
+
+@pytest.fixture
+def zoo_copy(tmp_path):
+    shutil.copytree(CHECKPOINT_DIR, tmp_path, dirs_exist_ok=True)
+    checkpoints._load_cached.cache_clear()
+    yield tmp_path
+    checkpoints._load_cached.cache_clear()
+
+
+def test_missing_checkpoint(zoo_copy) -> None:
+    (zoo_copy / "ae_3.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"ae_3.pt is missing.*cfkit train ae_3"):
+        load("ae_3", directory=zoo_copy)
+
+
+def test_corrupt_checkpoint(zoo_copy) -> None:
+    path = zoo_copy / "classifier.pt"
+    content = bytearray(path.read_bytes())
+    content[len(content) // 2] ^= 0xFF
+    path.write_bytes(bytes(content))
+    with pytest.raises(CheckpointError, match=r"classifier.pt is corrupt.*cfkit train classifier"):
+        load("classifier", directory=zoo_copy)
+
+
+def test_mismatched_checkpoint(zoo_copy) -> None:
+    shutil.copy(zoo_copy / "oracle.pt", zoo_copy / "classifier.pt")  # right hash, wrong architecture
+    manifest = json.loads((zoo_copy / MANIFEST).read_text())
+    manifest["classifier"]["sha256"] = manifest["oracle"]["sha256"]
+    (zoo_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"does not fit the Classifier architecture.*cfkit train classifier"):
+        load("classifier", directory=zoo_copy)
+
+
+def test_unreadable_checkpoint(zoo_copy) -> None:
+    path = zoo_copy / "ae_all.pt"
+    path.write_bytes(b"not a checkpoint")
+    manifest = json.loads((zoo_copy / MANIFEST).read_text())
+    manifest["ae_all"]["sha256"] = checkpoints.sha256_file(path)
+    (zoo_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load("ae_all", directory=zoo_copy)
+
+
+def test_unknown_model_name() -> None:
+    with pytest.raises(CheckpointError, match="unknown zoo model 'ae_10'.*ae_9"):
+        load("ae_10")
+
+
+@pytest.mark.parametrize("name", ["classifier", "oracle", "features", "ae_all", "ae_7"])
+def test_training_code_runs_and_writes_a_loadable_checkpoint(name: str, tmp_path) -> None:
+    entry = train(name, directory=tmp_path, max_steps=3, check_quality=False, progress=False)
+    assert entry["steps"] == 3 and (tmp_path / f"{name}.pt").is_file()
+    assert read_manifest(tmp_path)[name]["sha256"] == entry["sha256"]
+    load(name, directory=tmp_path)
+
+
+def test_training_refuses_to_ship_a_model_below_threshold(tmp_path) -> None:
+    with pytest.raises(QualityError, match="not saved"):
+        train("classifier", directory=tmp_path, max_steps=2, progress=False)
+    assert not (tmp_path / "classifier.pt").exists()
+
+
+def test_training_is_seeded(tmp_path) -> None:
+    first = train("ae_1", directory=tmp_path / "a", max_steps=5, check_quality=False, progress=False)
+    second = train("ae_1", directory=tmp_path / "b", max_steps=5, check_quality=False, progress=False)
+    assert first["sha256"] == second["sha256"]
