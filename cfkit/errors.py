@@ -23,3 +23,7 @@ class InputError(CfkitError, ValueError):
 
 class ParameterError(CfkitError, TypeError):
     """A notebook parameter of the wrong name or type."""
+
+
+class MissingResultsError(CfkitError, FileNotFoundError):
+    """Recorded numbers that a command needs have not been produced yet."""

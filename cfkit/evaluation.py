@@ -1,0 +1,79 @@
+"""The protocol end to end: queries per pair, the Original Data sets, and scoring every saved set.
+
+``evaluate_sets`` reads whatever counterfactual sets exist (one per method and pair) and returns
+table rows: one per method and pair, plus a ``mean`` row per method over the pairs it has.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from .data import PAIRS, load_mnist, pair_name
+from .errors import InputError
+from .metrics import MetricModels, evaluate_pair, mean_row
+from .methods.original import OriginalData
+from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from .validate import check_pair
+
+
+def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
+    """'4->9,3->8' or [(4, 9), (3, 8)] -> [(4, 9), (3, 8)]."""
+    if isinstance(pairs, str):
+        pairs = [p.strip() for p in pairs.split(",") if p.strip()]
+    parsed = [check_pair(p) for p in pairs]
+    if not parsed:
+        raise InputError("no pairs given; use e.g. '4->9,3->8,5->6'.")
+    return parsed
+
+
+def protocol_queries(pair: tuple[int, int], n_queries: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``n_queries`` MNIST test images of the query class (0: all of them) and their indices."""
+    query_class, _ = check_pair(pair)
+    if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 0:
+        raise InputError(f"n_queries must be an int >= 0 (0 = all test images of the class), got {n_queries!r}.")
+    x, _ = load_mnist("test", digits=(query_class,))
+    count = len(x) if n_queries == 0 else min(n_queries, len(x))
+    return x[:count], torch.arange(count)
+
+
+def reference_images(target: int) -> torch.Tensor:
+    """FID/KID reference: every MNIST test image of the target class."""
+    return load_mnist("test", digits=(target,))[0]
+
+
+def make_original_data(
+    out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0, seed: int = 0,
+    classifier: torch.nn.Module | None = None,
+) -> list[Path]:
+    """Save the Original Data set of each pair: one real training image of the target class per query."""
+    from .zoo.checkpoints import load
+
+    method = OriginalData(classifier or load("classifier"), seed=seed)
+    paths = []
+    for pair in parse_pairs(pairs):
+        x, query = protocol_queries(pair, n_queries)
+        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, timed=False))
+    return paths
+
+
+def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0) -> list[dict]:
+    """Score each saved set; add a mean row per method. Rows carry ``method`` and ``pair``."""
+    models = models or MetricModels.from_zoo()
+    by_method: dict[str, list[dict]] = {}
+    for path in paths:
+        cfs = load_counterfactuals(path)
+        row = evaluate_pair(cfs.x, cfs.x_cf, cfs.pair[0], cfs.pair[1], reference_images(cfs.pair[1]), models,
+                            seconds=cfs.seconds, seed=seed)
+        by_method.setdefault(cfs.method, []).append({"method": cfs.method, "pair": pair_name(cfs.pair), **row})
+    rows = []
+    for method, pair_rows in by_method.items():
+        rows += pair_rows + [{"method": method, "pair": "mean", **mean_row(pair_rows)}]
+    return rows
+
+
+def evaluate_runs(runs_dir: str | Path, models: MetricModels | None = None, seed: int = 0) -> list[dict]:
+    """:func:`evaluate_sets` over every set found under ``runs_dir``."""
+    return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed)

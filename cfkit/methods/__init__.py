@@ -1,0 +1,1 @@
+"""Counterfactual methods, all with the same ``explain(x, target)`` shape (see ``base``)."""

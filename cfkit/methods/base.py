@@ -1,0 +1,95 @@
+"""What every counterfactual method shares: the Result type, input validation, batching, timing.
+
+A method subclasses :class:`CounterfactualMethod` and implements only ``_explain_batch``; the base
+checks the images and class ids, splits the queries into batches, times the whole call, and
+marks which counterfactuals the classifier assigns to the target.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..errors import InputError
+from ..validate import check_class_ids, check_images, check_targets
+
+
+@dataclass
+class Result:
+    """Counterfactuals for a batch of queries; every tensor is indexed like the queries."""
+
+    x: torch.Tensor  # (N, 1, 28, 28) queries in [0, 1]
+    x_cf: torch.Tensor  # (N, 1, 28, 28) counterfactuals in [0, 1]
+    source: torch.Tensor  # (N,) query classes
+    target: torch.Tensor  # (N,) requested classes
+    valid: torch.Tensor  # (N,) bool: the classifier says target
+    seconds: float  # wall time of the whole call
+    extras: dict[str, Any] = field(default_factory=dict)  # method-specific: masks, trajectories, …
+
+    @property
+    def validity(self) -> float:
+        return self.valid.float().mean().item()
+
+
+class CounterfactualMethod:
+    """Base class: ``explain(x, target, source=None) -> Result``.
+
+    ``source`` defaults to the classifier's prediction on ``x``; a target equal to the source is an
+    error. Subclasses set ``name`` and implement ``_explain_batch``.
+    """
+
+    name = "method"
+
+    def __init__(self, classifier: nn.Module, batch_size: int = 256, device: str | torch.device | None = None,
+                 progress: bool = False) -> None:
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.classifier = classifier.to(self.device).eval()
+        self.batch_size = batch_size
+        self.progress = progress
+
+    def _explain_batch(
+        self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The classifier's class for each image."""
+        return torch.cat([self.classifier(chunk.to(self.device)).argmax(1).cpu() for chunk in x.split(1000)])
+
+    def explain(self, x: torch.Tensor, target: torch.Tensor | int, source: torch.Tensor | None = None) -> Result:
+        x = check_images(x, "x")
+        source = self.predict(x) if source is None else check_class_ids(source, "source")
+        if source.shape[0] != x.shape[0]:
+            raise InputError(f"source has {source.shape[0]} labels for {x.shape[0]} images; give one per image.")
+        target = check_targets(target, x.shape[0], source=source)
+        start = time.perf_counter()
+        pieces, extras = [], []
+        batches = range(0, x.shape[0], self.batch_size)
+        for i in tqdm(batches, desc=self.name, disable=not self.progress, unit="batch"):
+            sl = slice(i, i + self.batch_size)
+            x_cf, extra = self._explain_batch(x[sl].to(self.device), target[sl].to(self.device),
+                                              source[sl].to(self.device))
+            pieces.append(x_cf.detach().clamp(0, 1).cpu())
+            extras.append(extra)
+        x_cf = torch.cat(pieces)
+        seconds = time.perf_counter() - start
+        valid = self.predict(x_cf) == target
+        return Result(x=x, x_cf=x_cf, source=source, target=target, valid=valid, seconds=seconds,
+                      extras=_merge_extras(extras))
+
+
+def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenate per-batch tensors along the query axis; keep other values from the last batch."""
+    merged: dict[str, Any] = {}
+    for key in extras[0] if extras else ():
+        values = [e[key] for e in extras]
+        if all(isinstance(v, torch.Tensor) and v.ndim > 0 for v in values):
+            merged[key] = torch.cat([v.detach().cpu() for v in values])
+        else:
+            merged[key] = values[-1]
+    return merged

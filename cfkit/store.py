@@ -1,0 +1,80 @@
+"""Counterfactual sets on disk: the hand-off between a method's notebook and the metrics.
+
+A set is one method on one pair: ``cfs_<method>_<q>to<t>.pt`` holding the query indices (into the
+MNIST test images of the query class), ``x``, ``x_cf``, ``source``, ``target``, ``valid`` and the
+seconds it took, so any metric can be recomputed later without re-running the method.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import InputError
+from .methods.base import Result
+from .paths import atomic_torch_save
+
+PREFIX = "cfs_"
+METHODS = ("original_data", "adv_attack", "cem", "cve", "expgan", "c3lt", "ldce")
+"""Table order of the methods; the first is the real-data floor."""
+
+
+@dataclass
+class CounterfactualSet:
+    method: str
+    pair: tuple[int, int]
+    query: torch.Tensor
+    x: torch.Tensor
+    x_cf: torch.Tensor
+    source: torch.Tensor
+    target: torch.Tensor
+    valid: torch.Tensor
+    seconds: float | None
+
+    @property
+    def pair_name(self) -> str:
+        return f"{self.pair[0]}->{self.pair[1]}"
+
+
+def set_path(out_dir: str | Path, method: str, pair: tuple[int, int]) -> Path:
+    return Path(out_dir) / f"{PREFIX}{method}_{pair[0]}to{pair[1]}.pt"
+
+
+def save_counterfactuals(
+    out_dir: str | Path, method: str, pair: tuple[int, int], query: torch.Tensor, result: Result,
+    timed: bool = True,
+) -> Path:
+    """Write a method's result for one pair atomically; ``timed=False`` leaves seconds empty (reference rows)."""
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; the table knows {', '.join(METHODS)}.")
+    payload = {
+        "method": method, "pair": torch.tensor(pair), "query": query.cpu(), "x": result.x.cpu(),
+        "x_cf": result.x_cf.cpu(), "source": result.source.cpu(), "target": result.target.cpu(),
+        "valid": result.valid.cpu(), "seconds": torch.tensor(result.seconds if timed else float("nan")),
+    }
+    return atomic_torch_save(set_path(out_dir, method, pair), payload)
+
+
+def load_counterfactuals(path: str | Path) -> CounterfactualSet:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(f"{path} is not a readable counterfactual set ({exc}); re-run the notebook that wrote it.")
+    seconds = float(payload["seconds"])
+    return CounterfactualSet(
+        method=payload["method"], pair=tuple(payload["pair"].tolist()), query=payload["query"], x=payload["x"],
+        x_cf=payload["x_cf"], source=payload["source"], target=payload["target"], valid=payload["valid"],
+        seconds=None if seconds != seconds else seconds,
+    )
+
+
+def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
+    """Every counterfactual set under ``runs_dir`` (one level of notebook folders deep), in table order."""
+    paths = sorted(Path(runs_dir).glob(f"*/{PREFIX}*.pt")) + sorted(Path(runs_dir).glob(f"{PREFIX}*.pt"))
+
+    def key(p: Path) -> tuple[int, str]:
+        method = p.stem[len(PREFIX):].rsplit("_", 1)[0]
+        return (METHODS.index(method) if method in METHODS else len(METHODS), p.name)
+
+    return sorted(paths, key=key)

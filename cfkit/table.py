@@ -1,0 +1,82 @@
+"""The results table: ``results/table.csv`` (fixed header) and ``results/table.md`` with the paper's IM1."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from .paths import RESULTS_DIR, atomic_write_text
+
+HEADER = ("method", "pair", "n", "im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity",
+          "sparsity", "cout", "seconds_per_cf")
+PAPER_IM1 = {"cem": 1.68, "cve": 1.44, "adv_attack": 1.02, "expgan": 0.72, "c3lt": 0.70, "original_data": 0.47}
+"""IM1 on MNIST from Khorram & Fuxin (CVPR 2022), Table 1; LDCE was not run there."""
+LABELS = {"original_data": "Original Data", "adv_attack": "Adv. Attack", "cem": "CEM", "cve": "CVE",
+          "expgan": "ExpGAN", "c3lt": "C3LT", "ldce": "LDCE"}
+
+
+def _cell(value: object, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e-3 and value != 0 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def to_csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(HEADER)
+    for row in rows:
+        writer.writerow([_cell(row.get(column), 6) for column in HEADER])
+    return buffer.getvalue()
+
+
+def to_markdown(rows: list[dict]) -> str:
+    columns = ["method", "pair", "n", "im1", "paper im1", "im2", "fid", "kid", "validity", "oracle_agreement",
+               "proximity", "sparsity", "cout", "seconds_per_cf"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for column in columns:
+            if column == "method":
+                cells.append(LABELS.get(row["method"], row["method"]))
+            elif column == "paper im1":
+                cells.append(_cell(PAPER_IM1.get(row["method"]), 2) if row["pair"] == "mean" else "")
+            else:
+                cells.append(_cell(row.get(column), 3 if column != "kid" else 4))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = (
+        "\nIM1, IM2 (lower is better), FID and KID use the kit's own MNIST networks: FID/KID are in the "
+        "feature space of `features`, not Inception, so they compare only within this table. "
+        "Validity and oracle agreement are fractions; proximity is mean |x' - x| per pixel; sparsity the share "
+        "of pixels changed by > 0.1; COUT in [-1, 1], higher is better. Paper IM1: Khorram & Fuxin, CVPR 2022.\n"
+    )
+    return "\n".join(lines) + "\n" + notes
+
+
+def read_csv(path: str | Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for column in HEADER[2:]:
+            row[column] = float(row[column]) if row[column] != "" else None
+        row["n"] = int(row["n"])
+    return rows
+
+
+def write_table(rows: list[dict], results_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write both files atomically; return their paths."""
+    results_dir = Path(results_dir or RESULTS_DIR)
+    return (atomic_write_text(results_dir / "table.csv", to_csv(rows)),
+            atomic_write_text(results_dir / "table.md", to_markdown(rows)))
+
+
+def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    """Any list of dicts as a Markdown table (for notebooks' small tables)."""
+    columns = columns or list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Counterfactual sets on disk and the results table files."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cfkit.errors import InputError
+from cfkit.methods.base import Result
+from cfkit.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from cfkit.table import HEADER, read_csv, to_markdown, write_table
+
+DESIGN_HEADER = "method,pair,n,im1,im2,fid,kid,validity,oracle_agreement,proximity,sparsity,cout,seconds_per_cf"
+
+
+def _result(n: int = 3) -> Result:
+    x = torch.rand(n, 1, 28, 28)
+    return Result(x=x, x_cf=x.flip(-1), source=torch.full((n,), 4), target=torch.full((n,), 9),
+                  valid=torch.ones(n, dtype=torch.bool), seconds=1.5)
+
+
+def test_roundtrip_and_discovery(tmp_path) -> None:
+    result = _result()
+    save_counterfactuals(tmp_path / "01_x", "adv_attack", (4, 9), torch.arange(3), result)
+    save_counterfactuals(tmp_path / "10_metrics", "original_data", (4, 9), torch.arange(3), result, timed=False)
+    paths = find_counterfactuals(tmp_path)
+    assert [p.name for p in paths] == ["cfs_original_data_4to9.pt", "cfs_adv_attack_4to9.pt"]
+    loaded = load_counterfactuals(paths[1])
+    assert loaded.method == "adv_attack" and loaded.pair == (4, 9) and loaded.pair_name == "4->9"
+    assert torch.equal(loaded.x_cf, result.x_cf) and loaded.seconds == 1.5
+    assert load_counterfactuals(paths[0]).seconds is None
+    assert not list(tmp_path.rglob("*.tmp")), "atomic writes leave no temporary files"
+
+
+def test_unknown_method_and_bad_file(tmp_path) -> None:
+    with pytest.raises(InputError, match="unknown method"):
+        save_counterfactuals(tmp_path, "magic", (4, 9), torch.arange(3), _result())
+    bad = tmp_path / "cfs_cem_4to9.pt"
+    bad.write_text("garbage")
+    with pytest.raises(InputError, match="re-run the notebook"):
+        load_counterfactuals(bad)
+
+
+def test_table_files(tmp_path) -> None:
+    rows = [
+        {"method": "original_data", "pair": "4->9", "n": 10, "im1": 0.9, "im2": 0.01, "fid": 1.5, "kid": 0.0001,
+         "validity": 1.0, "oracle_agreement": 1.0, "proximity": 0.2, "sparsity": 0.3, "cout": 0.5,
+         "seconds_per_cf": None},
+    ]
+    rows.append({**rows[0], "pair": "mean"})
+    csv_path, md_path = write_table(rows, tmp_path)
+    assert csv_path.read_text().splitlines()[0] == DESIGN_HEADER == ",".join(HEADER)
+    back = read_csv(csv_path)
+    assert back[0]["im1"] == pytest.approx(0.9) and back[0]["seconds_per_cf"] is None and back[1]["n"] == 10
+    md = md_path.read_text()
+    assert "Original Data" in md and "| 0.47 |" in md and "not Inception" in md
+    assert to_markdown(rows).count("\n|") == 3
