@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .data import PAIRS
 from .errors import InputError
 from .methods.base import Result
 from .paths import atomic_torch_save
@@ -73,8 +74,10 @@ def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
     """Every counterfactual set under ``runs_dir`` (one level of notebook folders deep), in table order."""
     paths = sorted(Path(runs_dir).glob(f"*/{PREFIX}*.pt")) + sorted(Path(runs_dir).glob(f"{PREFIX}*.pt"))
 
-    def key(p: Path) -> tuple[int, str]:
-        method = p.stem[len(PREFIX):].rsplit("_", 1)[0]
-        return (METHODS.index(method) if method in METHODS else len(METHODS), p.name)
+    def key(p: Path) -> tuple[int, int, str]:
+        method, pair = p.stem[len(PREFIX):].rsplit("_", 1)
+        pair_order = [f"{q}to{t}" for q, t in PAIRS]
+        return (METHODS.index(method) if method in METHODS else len(METHODS),
+                pair_order.index(pair) if pair in pair_order else len(pair_order), p.name)
 
     return sorted(paths, key=key)

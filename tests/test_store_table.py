@@ -21,10 +21,12 @@ def _result(n: int = 3) -> Result:
 def test_roundtrip_and_discovery(tmp_path) -> None:
     result = _result()
     save_counterfactuals(tmp_path / "01_x", "adv_attack", (4, 9), torch.arange(3), result)
+    save_counterfactuals(tmp_path / "10_metrics", "original_data", (3, 8), torch.arange(3), result, timed=False)
     save_counterfactuals(tmp_path / "10_metrics", "original_data", (4, 9), torch.arange(3), result, timed=False)
     paths = find_counterfactuals(tmp_path)
-    assert [p.name for p in paths] == ["cfs_original_data_4to9.pt", "cfs_adv_attack_4to9.pt"]
-    loaded = load_counterfactuals(paths[1])
+    assert [p.name for p in paths] == ["cfs_original_data_4to9.pt", "cfs_original_data_3to8.pt",
+                                       "cfs_adv_attack_4to9.pt"]  # table order: method, then protocol pair
+    loaded = load_counterfactuals(paths[2])
     assert loaded.method == "adv_attack" and loaded.pair == (4, 9) and loaded.pair_name == "4->9"
     assert torch.equal(loaded.x_cf, result.x_cf) and loaded.seconds == 1.5
     assert load_counterfactuals(paths[0]).seconds is None

@@ -123,8 +123,9 @@ def _load_cached(name: str, directory: str, device: str) -> nn.Module:
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as exc:
+        detail = " ".join(str(exc).split())[:300]
         raise CheckpointError(
-            f"checkpoint {path} does not fit the {type(model).__name__} architecture ({str(exc)[:300]}); {rebuild}."
+            f"checkpoint {path} does not fit the {type(model).__name__} architecture ({detail}); {rebuild}."
         ) from exc
     model.to(device).eval()
     for parameter in model.parameters():

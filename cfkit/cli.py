@@ -1,0 +1,97 @@
+"""The ``cfkit`` command: ``data``, ``train``, ``run``, ``table`` and ``reproduce``."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .errors import CfkitError
+
+
+def _cmd_data(args: argparse.Namespace) -> None:
+    from .data import ensure_mnist, verify_mnist
+
+    raw = ensure_mnist()
+    for name, digest in verify_mnist().items():
+        print(f"{digest}  {raw / name}")
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from .data import ensure_mnist
+    from .zoo import checkpoints
+
+    targets = checkpoints.names() if args.all else args.names
+    if not targets:
+        raise CfkitError("name a model to train (e.g. `cfkit train ae_9`) or pass --all; "
+                         f"models: {', '.join(checkpoints.names())}")
+    ensure_mnist(verbose=False)
+    for name in targets:
+        checkpoints.get_spec(name)  # fail on an unknown name before any training starts
+    for name in targets:
+        entry = checkpoints.train(name, epochs=args.epochs)
+        print(f"{name}: {entry['quality']} in {entry['seconds']} s -> {entry['file']} ({entry['sha256'][:12]}…)")
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from .run import parse_cli_parameters, run_notebook
+
+    output = run_notebook(args.notebook, parse_cli_parameters(args.parameter or []), out_dir=args.out)
+    print(output)
+
+
+def _cmd_table(args: argparse.Namespace) -> None:
+    from .run import collect_table
+
+    print(collect_table(args.runs, write=not args.no_write))
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> None:
+    from .run import reproduce
+
+    start = time.perf_counter()
+    print(reproduce())
+    print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cfkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="get MNIST into data/MNIST/raw and print the files' SHA-256")
+    p.set_defaults(func=_cmd_data)
+
+    p = sub.add_parser("train", help="retrain zoo models from their seeds and update the manifest")
+    p.add_argument("names", nargs="*", help="models to train, e.g. classifier ae_9")
+    p.add_argument("--all", action="store_true", help="train every model of the zoo")
+    p.add_argument("--epochs", type=int, default=None, help="override the spec's epochs")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("run", help="run a notebook headless with papermill")
+    p.add_argument("notebook", help="e.g. 10_metrics or notebooks/10_metrics.ipynb")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="set a parameter (value parsed as a Python literal, else a string)")
+    p.add_argument("--out", default=None, help="output folder (default runs/<notebook>)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("table", help="gather recorded numbers from runs/ into results/table.{csv,md}")
+    p.add_argument("--runs", default=None, help="runs folder (default runs/)")
+    p.add_argument("--no-write", action="store_true", help="print only")
+    p.set_defaults(func=_cmd_table)
+
+    p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
+    p.set_defaults(func=_cmd_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except CfkitError as exc:
+        print(f"cfkit: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

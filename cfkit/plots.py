@@ -1,0 +1,86 @@
+"""Figures shared by every notebook: image grids, query / counterfactual / difference, probability bars."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+
+def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = False) -> None:
+    data = img.detach().cpu().squeeze().numpy()
+    if diff:
+        ax.imshow(data, cmap="RdBu_r", vmin=-1, vmax=1)
+    else:
+        ax.imshow(data, cmap="gray", vmin=0, vmax=1)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def image_rows(rows: dict[str, torch.Tensor], titles: Sequence[str] | None = None, size: float = 1.2) -> Figure:
+    """One row per entry of ``rows`` (label -> (N, 1, 28, 28)); rows labelled 'difference' use a diverging map."""
+    n = max(len(t) for t in rows.values())
+    fig, axes = plt.subplots(len(rows), n, figsize=(size * n, size * len(rows)), squeeze=False)
+    for r, (label, images) in enumerate(rows.items()):
+        for c in range(n):
+            ax = axes[r, c]
+            if c < len(images):
+                _image(ax, images[c], titles[c] if titles is not None and r == 0 else None,
+                       diff=label.startswith("difference"))
+            else:
+                ax.axis("off")
+        axes[r, 0].set_ylabel(label, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def counterfactual_grid(x: torch.Tensor, x_cf: torch.Tensor, n: int = 8, titles: Sequence[str] | None = None) -> Figure:
+    """Queries, counterfactuals and their difference (red: ink added, blue: ink removed)."""
+    x, x_cf = x[:n], x_cf[:n]
+    return image_rows({"query": x, "counterfactual": x_cf, "difference": x_cf - x}, titles=titles)
+
+
+def probability_bars(ax: Axes, probs: torch.Tensor, highlight: Sequence[int] = (), title: str = "") -> None:
+    """Bar chart of the ten class probabilities; ``highlight`` classes drawn in a strong colour."""
+    colours = ["tab:red" if c in highlight else "tab:gray" for c in range(10)]
+    ax.bar(range(10), probs.detach().cpu().numpy(), color=colours)
+    ax.set_xticks(range(10))
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=8)
+
+
+def explain_one(
+    x: torch.Tensor, x_cf: torch.Tensor, probs_x: torch.Tensor, probs_cf: torch.Tensor, source: int, target: int,
+    note: str = "",
+) -> Figure:
+    """One query in detail: query, counterfactual, difference, and the classifier's probabilities for both."""
+    fig, axes = plt.subplots(1, 5, figsize=(11, 2.3), gridspec_kw={"width_ratios": [1, 1, 1, 1.6, 1.6]})
+    _image(axes[0], x, f"query ({source})")
+    _image(axes[1], x_cf, f"counterfactual → {target}")
+    _image(axes[2], x_cf - x, "difference", diff=True)
+    probability_bars(axes[3], probs_x, (source, target), "p(class | query)")
+    probability_bars(axes[4], probs_cf, (source, target), "p(class | counterfactual)")
+    if note:
+        fig.suptitle(note, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def metric_bars(rows: list[dict], column: str, paper: dict[str, float] | None = None, ax: Axes | None = None) -> Axes:
+    """Bars of one metric per method and pair; the paper's value drawn as a marker on the mean where given."""
+    ax = ax or plt.subplots(figsize=(6, 2.8))[1]
+    labels = [f"{r['method']}\n{r['pair']}" for r in rows]
+    values = [r[column] if r[column] is not None else float("nan") for r in rows]
+    ax.bar(range(len(rows)), values, color=["tab:blue" if r["pair"] == "mean" else "tab:cyan" for r in rows])
+    if paper:
+        for i, r in enumerate(rows):
+            if r["pair"] == "mean" and r["method"] in paper:
+                ax.plot(i, paper[r["method"]], "k*", markersize=10, label="paper")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_title(column)
+    return ax

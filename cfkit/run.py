@@ -1,0 +1,193 @@
+"""Notebook runs with papermill, recorded numbers, and the whole reproduction.
+
+``run_notebook("10_metrics", {"n_queries": 40})`` checks the parameters against the notebook's
+``parameters`` cell (names and types) before any kernel starts, then executes it headless into
+``runs/<notebook>/``. Notebooks write their numbers with :func:`record` (atomic JSON).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import MissingResultsError, ParameterError
+from .paths import NOTEBOOK_DIR, RESULTS_DIR, RUNS_DIR, atomic_write_json
+
+RECORD_FILE = "metrics.json"
+REPRODUCE_ORDER = ("00_models", "10_metrics")
+"""Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (float, int), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,),
+}
+
+
+def notebook_path(name: str | Path) -> Path:
+    """Resolve '10_metrics', '10_metrics.ipynb' or a path to an existing notebook."""
+    path = Path(name)
+    candidates = [path, NOTEBOOK_DIR / path, NOTEBOOK_DIR / f"{path}.ipynb"]
+    for candidate in candidates:
+        if candidate.suffix == ".ipynb" and candidate.is_file():
+            return candidate.resolve()
+    known = ", ".join(sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")))
+    raise ParameterError(f"no notebook {str(name)!r}; known notebooks: {known}.")
+
+
+def notebook_parameters(name: str | Path) -> dict[str, dict[str, Any]]:
+    """The parameters cell of a notebook as papermill infers it: name -> {default, inferred_type_name, help}."""
+    import papermill
+
+    return papermill.inspect_notebook(str(notebook_path(name)))
+
+
+def check_parameters(name: str | Path, values: dict[str, Any]) -> dict[str, Any]:
+    """Refuse unknown names and values whose type differs from the default's (an int is a fine float)."""
+    spec = notebook_parameters(name)
+    for key, value in values.items():
+        if key not in spec:
+            raise ParameterError(
+                f"{Path(str(name)).stem} has no parameter {key!r}; its parameters are {', '.join(spec)}."
+            )
+        expected = _expected_type(spec[key])
+        allowed = _TYPES.get(expected)
+        if allowed is None:  # None default or an expression papermill cannot type: accept anything
+            continue
+        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        if not ok:
+            raise ParameterError(
+                f"parameter {key!r} of {Path(str(name)).stem} expects {expected} (default "
+                f"{spec[key]['default']}), got {type(value).__name__} {value!r}."
+            )
+    return values
+
+
+def _expected_type(entry: dict[str, Any]) -> str:
+    """The annotated type of a parameter, else the type of its default literal ('None' if neither)."""
+    if entry["inferred_type_name"] not in ("None", None):
+        return entry["inferred_type_name"]
+    try:
+        return type(ast.literal_eval(entry["default"])).__name__
+    except (ValueError, SyntaxError):
+        return "None"
+
+
+def parse_cli_parameters(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """``-p n_queries 40 -p pairs '4->9'`` -> {"n_queries": 40, "pairs": "4->9"}: literals, else strings."""
+    values = {}
+    for key, raw in pairs:
+        try:
+            values[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            values[key] = raw
+    return values
+
+
+def run_notebook(
+    name: str | Path, parameters: dict[str, Any] | None = None, out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> Path:
+    """Execute a notebook headless; it writes its outputs (and recorded numbers) to ``out_dir``.
+
+    ``out_dir`` defaults to ``runs/<notebook>``; ``interactive`` is always False. Returns the executed
+    notebook's path.
+    """
+    import papermill
+
+    path = notebook_path(name)
+    parameters = dict(parameters or {})
+    out_dir = Path(out_dir or RUNS_DIR / path.stem).resolve()
+    spec = notebook_parameters(path)
+    if "out_dir" in spec:
+        parameters.setdefault("out_dir", str(out_dir))
+    if "interactive" in spec:
+        parameters.setdefault("interactive", False)
+    check_parameters(path, parameters)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / path.name
+    papermill.execute_notebook(
+        str(path), str(output), parameters=parameters, cwd=str(path.parent), kernel_name="python3",
+        progress_bar=progress, log_output=False,
+    )
+    return output
+
+
+def record(out_dir: str | Path, numbers: dict[str, float], **extra: Any) -> Path:
+    """Write a notebook's recorded numbers (flat name -> value) and any extras to ``<out_dir>/metrics.json``.
+
+    Written atomically; the tests compare ``numbers`` with ``notebooks/expected/<notebook>.json``.
+    """
+    return atomic_write_json(Path(out_dir) / RECORD_FILE, {"numbers": numbers, **extra})
+
+
+def read_record(out_dir: str | Path) -> dict[str, Any]:
+    """A notebook's recorded numbers; a clear error when the notebook has not been run there."""
+    path = Path(out_dir) / RECORD_FILE
+    if not path.is_file():
+        raise MissingResultsError(
+            f"no recorded numbers at {path}: run the notebook first (`cfkit run {Path(out_dir).name}`)."
+        )
+    return json.loads(path.read_text())
+
+
+def flatten_rows(rows: list[dict]) -> dict[str, float]:
+    """{'original_data/4->9/im1': 0.9, …}: table rows as flat keys, for comparing with expected values."""
+    flat = {}
+    for row in rows:
+        for column, value in row.items():
+            if column not in ("method", "pair") and value is not None:
+                flat[f"{row['method']}/{row['pair']}/{column}"] = value
+    return flat
+
+
+def write_expected(
+    name: str, parameters: dict[str, Any], rel: float = 1e-3, abs_tol: float = 1e-6,
+    directory: str | Path | None = None,
+) -> Path:
+    """Run a notebook at its CI parameters and commit-ready store its numbers as the expected values.
+
+    Use after a deliberate change (a retrained model, a new metric); the tests then hold the numbers to
+    ``pytest.approx(rel, abs)``.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_parameters = dict(parameters)
+        if "runs_dir" in notebook_parameters(name):
+            run_parameters["runs_dir"] = tmp
+        run_notebook(name, run_parameters, out_dir=Path(tmp) / Path(name).stem)
+        numbers = read_record(Path(tmp) / Path(name).stem)["numbers"]
+    expected = {"parameters": parameters, "tolerance": {"rel": rel, "abs": abs_tol}, "values": numbers}
+    return atomic_write_json(Path(directory or NOTEBOOK_DIR / "expected") / f"{Path(name).stem}.json", expected)
+
+
+def collect_table(runs_dir: str | Path | None = None, write: bool = True, results_dir: str | Path | None = None) -> str:
+    """The table from the metrics notebook's recorded rows; written to results/ unless ``write`` is False."""
+    from .table import to_markdown, write_table
+
+    runs_dir = Path(runs_dir or RUNS_DIR)
+    rows = read_record(runs_dir / "10_metrics")["rows"]
+    if write:
+        write_table(rows, results_dir or RESULTS_DIR)
+    return to_markdown(rows)
+
+
+def reproduce(runs_dir: str | Path | None = None, results_dir: str | Path | None = None) -> str:
+    """Get MNIST, check the zoo loads, run every notebook at full size, write and return the table."""
+    from .data import ensure_mnist
+    from .zoo.checkpoints import load, names
+
+    runs_dir = Path(runs_dir or RUNS_DIR)
+    start = time.perf_counter()
+    ensure_mnist()
+    for model in names():
+        load(model)
+    print(f"[{time.perf_counter() - start:5.0f} s] MNIST and {len(names())} zoo checkpoints verified", file=sys.stderr)
+    for notebook in REPRODUCE_ORDER:
+        print(f"[{time.perf_counter() - start:5.0f} s] running {notebook} ...", file=sys.stderr)
+        run_notebook(notebook, out_dir=runs_dir / notebook)
+    print(f"[{time.perf_counter() - start:5.0f} s] all notebooks done", file=sys.stderr)
+    return collect_table(runs_dir, results_dir=results_dir)

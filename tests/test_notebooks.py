@@ -1,0 +1,55 @@
+"""Each notebook re-runs headless at its CI size and its recorded numbers reproduce."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cfkit.paths import NOTEBOOK_DIR, RESULTS_DIR
+from cfkit.run import flatten_rows, read_record, run_notebook
+from cfkit.table import read_csv
+
+EXPECTED_DIR = NOTEBOOK_DIR / "expected"
+
+
+def _expected(name: str) -> dict:
+    return json.loads((EXPECTED_DIR / f"{name}.json").read_text())
+
+
+def _compare(got: dict[str, float], expected: dict) -> None:
+    tolerance = expected["tolerance"]
+    want = expected["values"]
+    assert set(got) == set(want), f"recorded keys differ: {sorted(set(got) ^ set(want))}"
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=tolerance["rel"], abs=tolerance["abs"]), key
+
+
+def test_models_notebook_reproduces(tmp_path) -> None:
+    expected = _expected("00_models")
+    run_notebook("00_models", expected["parameters"], out_dir=tmp_path / "00_models")
+    _compare(read_record(tmp_path / "00_models")["numbers"], expected)
+
+
+def test_metrics_notebook_reproduces(tmp_path) -> None:
+    expected = _expected("10_metrics")
+    out = tmp_path / "10_metrics"
+    run_notebook("10_metrics", {**expected["parameters"], "runs_dir": str(tmp_path)}, out_dir=out)
+    record = read_record(out)
+    assert {(r["method"], r["pair"]) for r in record["rows"]} == {
+        ("original_data", p) for p in ("4->9", "3->8", "5->6", "mean")}
+    assert record["numbers"] == flatten_rows(record["rows"])
+    _compare(record["numbers"], expected)
+    assert (out / "10_metrics.ipynb").is_file() and len(list(out.glob("cfs_*.pt"))) == 3
+
+
+@pytest.mark.slow
+def test_full_size_table_reproduces(tmp_path) -> None:
+    """Re-run the metrics notebook at full protocol size and compare with the committed results/table.csv."""
+    out = tmp_path / "10_metrics"
+    run_notebook("10_metrics", {"runs_dir": str(tmp_path)}, out_dir=out)
+    committed = [r for r in read_csv(RESULTS_DIR / "table.csv") if r["method"] == "original_data"]
+    got = read_record(out)["numbers"]
+    want = flatten_rows(committed)
+    assert set(got) == set(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-3, abs=1e-6), key
