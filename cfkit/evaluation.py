@@ -13,6 +13,7 @@ import torch
 from .data import PAIRS, load_mnist, pair_name
 from .errors import InputError
 from .metrics import MetricModels, evaluate_pair, mean_row
+from .methods.base import CounterfactualMethod
 from .methods.original import OriginalData
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from .validate import check_pair
@@ -43,6 +44,19 @@ def reference_images(target: int) -> torch.Tensor:
     return load_mnist("test", digits=(target,))[0]
 
 
+def run_method(
+    method: CounterfactualMethod, out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0,
+    timed: bool = True,
+) -> list[Path]:
+    """Explain the protocol queries of each pair with ``method``; save one counterfactual set per pair."""
+    paths = []
+    for pair in parse_pairs(pairs):
+        x, query = protocol_queries(pair, n_queries)
+        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, timed=timed))
+    return paths
+
+
 def make_original_data(
     out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0, seed: int = 0,
     classifier: torch.nn.Module | None = None,
@@ -51,12 +65,7 @@ def make_original_data(
     from .zoo.checkpoints import load
 
     method = OriginalData(classifier or load("classifier"), seed=seed)
-    paths = []
-    for pair in parse_pairs(pairs):
-        x, query = protocol_queries(pair, n_queries)
-        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
-        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, timed=False))
-    return paths
+    return run_method(method, out_dir, pairs, n_queries, timed=False)
 
 
 def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0) -> list[dict]:

@@ -8,6 +8,7 @@ values are comparable within cfkit only.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -169,7 +170,9 @@ def kid(
     size = min(subset_size, len(x_cf), len(reference))
     if size < 2:
         raise InputError("KID needs at least two counterfactuals and two reference images.")
-    metric = KernelInceptionDistance(feature=extractor, subsets=subsets, subset_size=size)
+    with warnings.catch_warnings():  # its note on buffering every feature: a few thousand 128-d rows here
+        warnings.filterwarnings("ignore", message=".*will save all extracted features.*")
+        metric = KernelInceptionDistance(feature=extractor, subsets=subsets, subset_size=size)
     _feed(metric, x_cf, reference)
     with torch.random.fork_rng():
         torch.manual_seed(seed)

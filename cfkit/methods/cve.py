@@ -1,0 +1,141 @@
+"""CVE: counterfactual visual explanations by swapping feature-map cells (Goyal et al., ICML 2019).
+
+Split the classifier into its convolutional part f and head g. For a query x and a distractor x_d
+(a correctly classified training image of the target class, by default the nearest to x in f's
+space), greedily replace cells of f(x) — spatial positions of the last feature map — by cells of
+f(x_d), each step taking the (query cell, distractor cell) pair that most raises log p(target),
+each cell used once, until the head says the target. The image counterfactual pastes the
+distractor's patch of every swapped cell into the query: the 28×28 image is tiled like the 4×4
+feature map (7×7 tiles), and each tile lies inside its cell's 16×16 receptive field. The greedy
+search goes on until that pasted image, too, is classified as the target (or no cell is left).
+
+``cells="any"`` is Goyal et al.'s search over every (i, j) pair; it flips the *feature map* in
+fewer swaps, but moved tiles make an incoherent image (measured: 38 % image validity on 4→9).
+The default ``"aligned"`` swaps a query cell only with the distractor cell at the same place, so
+the pasted image stays a coherent blend of the two digits and ends, at worst, as the distractor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import load_mnist
+from ..errors import InputError
+from .base import CounterfactualMethod
+from .knobs import one_of, positive
+
+
+@dataclass(frozen=True)
+class CVEConfig:
+    max_cells: int = 16  # at most this many swapped cells (the 4x4 map has 16)
+    distractor: str = "nearest"  # "nearest" in the classifier's feature space, or "random"
+    cells: str = "aligned"  # "aligned": query cell i takes distractor cell i; "any": Goyal et al.'s full search
+    seed: int = 0  # for distractor="random"
+
+    def __post_init__(self) -> None:
+        positive("max_cells", self.max_cells, integer=True)
+        one_of("distractor", self.distractor, ("nearest", "random"))
+        one_of("cells", self.cells, ("aligned", "any"))
+
+
+def paste_tiles(x: torch.Tensor, donor: torch.Tensor, assignment: torch.Tensor, width: int, tile: int) -> torch.Tensor:
+    """Compose images: the tile of query cell i shows the donor's tile of cell ``assignment[:, i]`` (−1: keep x).
+
+    One gather for the whole batch: every pixel looks up which donor pixel, if any, replaces it.
+    """
+    size = x.shape[-1]
+    r = torch.arange(size, device=x.device)
+    cell_of_pixel = (r[:, None] // tile) * width + r[None, :] // tile  # (size, size)
+    source_cell = assignment[:, cell_of_pixel]  # (n, size, size)
+    source_row = (source_cell.clamp(min=0) // width) * tile + (r % tile)[None, :, None]
+    source_col = (source_cell.clamp(min=0) % width) * tile + (r % tile)[None, None, :]
+    gathered = donor.flatten(1).gather(1, (source_row * size + source_col).flatten(1)).view_as(x)
+    return torch.where((source_cell >= 0)[:, None], gathered, x)
+
+
+class CVE(CounterfactualMethod):
+    name = "cve"
+
+    def __init__(self, classifier: nn.Module, config: CVEConfig = CVEConfig(), batch_size: int = 64,
+                 **kwargs: Any) -> None:
+        if not (hasattr(classifier, "features") and hasattr(classifier, "head")):
+            raise InputError("CVE needs a classifier split into .features (convolutional) and .head.")
+        super().__init__(classifier, batch_size=batch_size, **kwargs)
+        self.config = config
+        self._pools: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _pool(self, digit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Correctly classified training images of ``digit`` and their feature maps (cached)."""
+        if digit not in self._pools:
+            images = load_mnist("train", digits=(digit,))[0].to(self.device)
+            with torch.inference_mode():
+                maps = torch.cat([self.classifier.features(c) for c in images.split(1000)])
+                keep = self.classifier.head(maps).argmax(1) == digit
+            self._pools[digit] = images[keep], maps[keep]
+        return self._pools[digit]
+
+    def _distractors(self, maps: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        images, feature_maps = torch.empty(len(maps), 1, 28, 28, device=maps.device), torch.empty_like(maps)
+        generator = torch.Generator().manual_seed(self.config.seed)
+        chosen = torch.empty(len(maps), dtype=torch.long)
+        for digit in target.unique().tolist():
+            rows = (target == digit).nonzero().flatten()
+            pool_images, pool_maps = self._pool(digit)
+            if self.config.distractor == "nearest":
+                pick = torch.cdist(maps[rows].flatten(1), pool_maps.flatten(1)).argmin(1)
+            else:
+                pick = torch.randint(len(pool_images), (len(rows),), generator=generator).to(maps.device)
+            images[rows], feature_maps[rows], chosen[rows.cpu()] = pool_images[pick], pool_maps[pick], pick.cpu()
+        return images, feature_maps, chosen
+
+    def _explain_batch(
+        self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        with torch.inference_mode():
+            return self._search(x, target)
+
+    def _search(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        n = len(x)
+        query_maps = self.classifier.features(x)
+        _, channels, height, width = query_maps.shape
+        cells, tile = height * width, x.shape[-1] // height
+        distractor, distractor_maps, chosen = self._distractors(query_maps, target)
+        current = query_maps.flatten(2).clone()  # (n, C, cells)
+        donor = distractor_maps.flatten(2)
+        eye = torch.eye(cells, device=x.device)
+        used_query = torch.zeros(n, cells, dtype=torch.bool, device=x.device)
+        used_donor = torch.zeros_like(used_query)
+        swaps = torch.full((n, self.config.max_cells, 2), -1, dtype=torch.long)
+        assignment = torch.full((n, cells), -1, dtype=torch.long, device=x.device)  # query cell -> donor cell
+        x_cf = x.clone()
+        done = torch.zeros(n, dtype=torch.bool, device=x.device)
+        for step in range(min(self.config.max_cells, cells)):
+            active = (~done).nonzero().flatten()
+            if not len(active):
+                break
+            # candidates[a, i, j]: the current map with query cell i replaced by distractor cell j
+            keep = current[active][:, None, None] * (1 - eye)[None, :, None, None, :]
+            put = donor[active].transpose(1, 2)[:, None, :, :, None] * eye[None, :, None, None, :]
+            candidates = (keep + put).reshape(-1, channels, height, width)
+            logp = self.classifier.head(candidates).log_softmax(1).view(len(active), cells, cells, -1)
+            score = logp[torch.arange(len(active)), ..., target[active]]  # (a, i, j)
+            blocked = used_query[active][:, :, None] | used_donor[active][:, None, :]
+            if self.config.cells == "aligned":
+                blocked = blocked | ~eye.bool()
+            score = score.masked_fill(blocked, float("-inf"))
+            flat = score.flatten(1).argmax(1)
+            i, j = flat // cells, flat % cells
+            current[active, :, i] = donor[active, :, j]
+            used_query[active, i], used_donor[active, j] = True, True
+            swaps[active.cpu(), step] = torch.stack([i, j], 1).cpu()
+            assignment[active, i] = j
+            x_cf = paste_tiles(x, distractor, assignment, width, tile)
+            head_says = self.classifier.head(current.view_as(query_maps)).argmax(1) == target
+            image_says = self.classifier(x_cf).argmax(1) == target
+            done = head_says & image_says
+        feature_valid = self.classifier.head(current.view_as(query_maps)).argmax(1) == target
+        return x_cf, {"distractor": distractor, "distractor_index": chosen, "swaps": swaps,
+                      "cells_swapped": used_query.sum(1), "feature_valid": feature_valid}

@@ -1,0 +1,25 @@
+"""Range checks for method knobs, so a bad setting fails with a message before any work starts."""
+from __future__ import annotations
+
+from ..errors import InputError
+
+
+def positive(name: str, value: object, integer: bool = False) -> float | int:
+    """Return ``value`` if it is a positive number (an int when ``integer``)."""
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+        what = "a positive integer" if integer else "a positive number"
+        raise InputError(f"{name} must be {what}, got {value!r}.")
+    return value
+
+
+def non_negative(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(f"{name} must be a number >= 0, got {value!r}.")
+    return float(value)
+
+
+def one_of(name: str, value: object, options: tuple) -> object:
+    if value not in options:
+        raise InputError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
+    return value
