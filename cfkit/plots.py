@@ -9,10 +9,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 
-def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = False) -> None:
+def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = False,
+           scale: float = 1.0) -> None:
     data = img.detach().cpu().squeeze().numpy()
     if diff:
-        ax.imshow(data, cmap="RdBu_r", vmin=-1, vmax=1)
+        ax.imshow(data, cmap="RdBu_r", vmin=-scale, vmax=scale)
     else:
         ax.imshow(data, cmap="gray", vmin=0, vmax=1)
     ax.set_xticks([])
@@ -22,15 +23,20 @@ def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = F
 
 
 def image_rows(rows: dict[str, torch.Tensor], titles: Sequence[str] | None = None, size: float = 1.2) -> Figure:
-    """One row per entry of ``rows`` (label -> (N, 1, 28, 28)); rows labelled 'difference' use a diverging map."""
+    """One row per entry of ``rows`` (label -> (N, 1, 28, 28)).
+
+    Rows labelled 'difference…' use a diverging map on [-1, 1]; rows labelled 'attribution…' a diverging
+    map scaled to each image's largest |value|.
+    """
     n = max(len(t) for t in rows.values())
     fig, axes = plt.subplots(len(rows), n, figsize=(size * n, size * len(rows)), squeeze=False)
     for r, (label, images) in enumerate(rows.items()):
         for c in range(n):
             ax = axes[r, c]
             if c < len(images):
-                _image(ax, images[c], titles[c] if titles is not None and r == 0 else None,
-                       diff=label.startswith("difference"))
+                signed = label.startswith(("difference", "attribution"))
+                scale = (images[c].abs().max().item() or 1.0) if label.startswith("attribution") else 1.0
+                _image(ax, images[c], titles[c] if titles is not None and r == 0 else None, diff=signed, scale=scale)
             else:
                 ax.axis("off")
         axes[r, 0].set_ylabel(label, fontsize=8)
@@ -84,3 +90,23 @@ def metric_bars(rows: list[dict], column: str, paper: dict[str, float] | None = 
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_title(column)
     return ax
+
+
+def swapped_cells(x: torch.Tensor, distractor: torch.Tensor, x_cf: torch.Tensor, swaps: torch.Tensor,
+                  width: int = 4, tile: int = 7) -> Figure:
+    """CVE: the query, the distractor and the counterfactual, with each swapped cell outlined and numbered
+    in the order the greedy search took it (query cell on the query, distractor cell on the distractor)."""
+    from matplotlib.patches import Rectangle
+
+    fig = image_rows({"query": x, "distractor": distractor, "counterfactual": x_cf}, size=1.5)
+    axes = fig.axes
+    n = len(x)
+    for k in range(n):
+        for order, (i, j) in enumerate(swaps[k].tolist(), start=1):
+            if i < 0:
+                break
+            for ax, cell in ((axes[k], i), (axes[n + k], j)):
+                r, c = divmod(cell, width)
+                ax.add_patch(Rectangle((c * tile - 0.5, r * tile - 0.5), tile, tile, fill=False, color="tab:red", lw=1))
+                ax.text(c * tile + 1, r * tile + 3, str(order), color="yellow", fontsize=5)
+    return fig

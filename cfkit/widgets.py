@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import torch
 
 
 def explorer(draw: Callable[..., object], **controls: widgets.ValueWidget) -> widgets.VBox:
@@ -32,6 +33,40 @@ def class_slider(description: str = "target", value: int = 9) -> widgets.IntSlid
     return widgets.IntSlider(value=value, min=0, max=9, description=description, continuous_update=False)
 
 
+def knob_slider(description: str, value: float, low: float, high: float, step: float) -> widgets.ValueWidget:
+    """A slider for a method's main knob: an IntSlider when every bound is an int, else a FloatSlider."""
+    if all(isinstance(v, int) for v in (value, low, high, step)):
+        return widgets.IntSlider(value=value, min=low, max=high, step=step, description=description,
+                                 continuous_update=False)
+    return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=description,
+                               continuous_update=False)
+
+
 def choice(options: list, description: str, value: object | None = None) -> widgets.Dropdown:
     return widgets.Dropdown(options=options, value=value if value is not None else options[0],
                             description=description)
+
+
+def method_explorer(
+    make_method: Callable[[float], object], queries: torch.Tensor, source: int, knob: widgets.FloatSlider,
+    target: int = 9,
+) -> widgets.VBox:
+    """Query index, target class (any digit) and the method's main knob; redraws query, counterfactual,
+    difference and the classifier's probabilities for both. ``make_method(knob)`` builds the method."""
+    from . import plots
+
+    def draw(index: int, target: int, knob: float):
+        if target == source:
+            print(f"the target must differ from the query class {source}: pick another digit")
+            return None
+        method = make_method(knob)
+        x = queries[index : index + 1]
+        result = method.explain(x, target, source=torch.tensor([source]))
+        with torch.inference_mode():
+            probs = torch.softmax(method.classifier(torch.cat([x, result.x_cf]).to(method.device)), 1).cpu()
+        verdict = "valid" if bool(result.valid[0]) else "not valid"
+        return plots.explain_one(x[0], result.x_cf[0], probs[0], probs[1], source, target,
+                                 note=f"{method.name}, {knob_name}={knob:g}: {verdict}, {result.seconds:.2f} s")
+
+    knob_name = knob.description
+    return explorer(draw, index=index_slider(len(queries)), target=class_slider("target", target), knob=knob)
