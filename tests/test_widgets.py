@@ -1,0 +1,32 @@
+"""The explorer redraws through the method when a slider moves (run without a browser)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+
+from cfkit import widgets  # noqa: E402
+from cfkit.data import load_mnist  # noqa: E402
+from cfkit.methods.cve import CVE, CVEConfig  # noqa: E402
+from cfkit.zoo.checkpoints import load  # noqa: E402
+
+
+def test_method_explorer_rebuilds_the_method_on_every_change() -> None:
+    calls = []
+
+    def make(cells):
+        calls.append(cells)
+        return CVE(load("classifier"), CVEConfig(max_cells=cells))
+
+    queries = load_mnist("test", digits=(4,))[0][:5]
+    knob = widgets.knob_slider("max cells", 16, 1, 16, 1)
+    box = widgets.method_explorer(make, queries, 4, knob)
+    controls = box.children[0].children
+    assert [c.description for c in controls] == ["query", "target", "max cells"]
+    assert calls == [16]
+    knob.value = 3
+    controls[1].value = 7  # any digit, not only the protocol's target
+    controls[1].value = 4  # the query class itself: refused with a message, nothing drawn
+    assert calls == [16, 3, 3]
+    assert isinstance(controls[0].max, int) and controls[0].max == 4
