@@ -12,9 +12,9 @@ import torch
 
 from .data import PAIRS, load_mnist, pair_name
 from .errors import InputError
-from .metrics import MetricModels, evaluate_pair, mean_row
 from .methods.base import CounterfactualMethod
 from .methods.original import OriginalData
+from .metrics import MetricModels, evaluate_pair, mean_row
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from .validate import check_pair
 

@@ -128,8 +128,8 @@ def cout_scores(
             p_target.append(probs[rows, target])
             p_source.append(probs[rows, source])
     fraction = torch.tensor(counts, dtype=torch.float32) / pixels
-    auc = lambda curve: torch.trapezoid(torch.stack(curve, 1), fraction, dim=1)  # noqa: E731
-    return auc(p_target) - auc(p_source)
+    area_target = torch.trapezoid(torch.stack(p_target, 1), fraction, dim=1)
+    return area_target - torch.trapezoid(torch.stack(p_source, 1), fraction, dim=1)
 
 
 class FeatureExtractor(nn.Module):
@@ -191,7 +191,7 @@ class MetricModels:
     ae_all: nn.Module
 
     @classmethod
-    def from_zoo(cls, device: str = "cpu") -> "MetricModels":
+    def from_zoo(cls, device: str = "cpu") -> MetricModels:
         from .zoo.checkpoints import load
 
         return cls(

@@ -25,6 +25,8 @@ TIMING = ("seconds_per_cf",)
 def reproducible(numbers: dict[str, float]) -> dict[str, float]:
     """The recorded numbers without wall-clock timings."""
     return {k: v for k, v in numbers.items() if k.rsplit("/", 1)[-1] not in TIMING}
+
+
 REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "10_metrics")
 """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
 

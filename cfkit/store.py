@@ -6,6 +6,7 @@ seconds it took, so any metric can be recomputed later without re-running the me
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def load_counterfactuals(path: str | Path) -> CounterfactualSet:
     return CounterfactualSet(
         method=payload["method"], pair=tuple(payload["pair"].tolist()), query=payload["query"], x=payload["x"],
         x_cf=payload["x_cf"], source=payload["source"], target=payload["target"], valid=payload["valid"],
-        seconds=None if seconds != seconds else seconds,
+        seconds=None if math.isnan(seconds) else seconds,
     )
 
 

@@ -8,8 +8,19 @@ import torch
 
 from cfkit import metrics
 from cfkit.errors import InputError
-from cfkit.metrics import (FeatureExtractor, MetricModels, agreement_scores, cout_scores, evaluate_pair, fid,
-                           im1_scores, im2_scores, kid, proximity_scores, sparsity_scores)
+from cfkit.metrics import (
+    FeatureExtractor,
+    MetricModels,
+    agreement_scores,
+    cout_scores,
+    evaluate_pair,
+    fid,
+    im1_scores,
+    im2_scores,
+    kid,
+    proximity_scores,
+    sparsity_scores,
+)
 from cfkit.zoo.checkpoints import load
 
 
@@ -146,7 +157,7 @@ def test_fid_against_scipy_frechet_distance(fours_and_nines) -> None:
 
 def _mmd2_unbiased(a, b):
     d = a.shape[1]
-    k = lambda u, v: (u @ v.T / d + 1) ** 3  # noqa: E731
+    k = lambda u, v: (u @ v.T / d + 1) ** 3
     kaa, kbb, kab = k(a, a), k(b, b), k(a, b)
     m = len(a)
     return ((kaa.sum() - np.trace(kaa)) / (m * (m - 1)) + (kbb.sum() - np.trace(kbb)) / (m * (m - 1))

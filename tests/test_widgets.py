@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import matplotlib
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # before anything imports pyplot
 
-
-from cfkit import widgets  # noqa: E402
-from cfkit.data import load_mnist  # noqa: E402
-from cfkit.methods.cve import CVE, CVEConfig  # noqa: E402
-from cfkit.zoo.checkpoints import load  # noqa: E402
+from cfkit import widgets
+from cfkit.data import load_mnist
+from cfkit.methods.cve import CVE, CVEConfig
+from cfkit.zoo.checkpoints import load
 
 
 def test_method_explorer_rebuilds_the_method_on_every_change() -> None:

@@ -22,7 +22,7 @@ from torch import nn
 from ..data import sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
-from .nets import AllClassAutoencoder, Classifier, ClassAutoencoder, FeatureNet, Oracle
+from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
 from .training import TrainConfig, train_autoencoder, train_classifier
 
 MANIFEST = "manifest.json"
