@@ -22,19 +22,28 @@ from torch import nn
 from ..data import sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
+from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
-from .training import TrainConfig, train_autoencoder, train_classifier
+from .training import (TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier,
+                       reconstruction_mse_on_test)
 
 MANIFEST = "manifest.json"
 
 
+Fit = Callable[..., int]  # fit(model, config, max_steps=, progress=, desc=) -> steps taken
+Measure = Callable[[nn.Module, TrainConfig], float]  # the quality figure on held-out data
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a zoo entry is, how it is trained and the figure it must reach to be shipped."""
+    """What a zoo entry is, how it is trained, and the figure it must reach to be shipped."""
 
     name: str
     build: Callable[[], nn.Module]
-    kind: str  # "classifier" (judged by test accuracy, higher is better) or "autoencoder" (test MSE)
+    fit: Fit
+    measure: Measure
+    metric: str  # name of the quality figure in the manifest
+    higher_is_better: bool
     config: TrainConfig
     threshold: float
     description: str
@@ -44,27 +53,51 @@ class ModelSpec:
         return f"cfkit train {self.name}"
 
     def passes(self, quality: dict[str, float]) -> bool:
-        if self.kind == "classifier":
-            return quality["test_accuracy"] >= self.threshold
-        return quality["test_mse"] <= self.threshold
+        value = quality[self.metric]
+        return value >= self.threshold if self.higher_is_better else value <= self.threshold
+
+
+def _classifier(name: str, build: Callable[[], nn.Module], config: TrainConfig, threshold: float,
+                description: str) -> ModelSpec:
+    return ModelSpec(name, build, fit_classifier, lambda model, _: accuracy_on_test(model), "test_accuracy", True,
+                     config, threshold, description)
+
+
+def _autoencoder(name: str, build: Callable[[], nn.Module], config: TrainConfig, threshold: float,
+                 description: str) -> ModelSpec:
+    return ModelSpec(name, build, fit_autoencoder,
+                     lambda model, cfg: reconstruction_mse_on_test(model, cfg.digits), "test_mse", False,
+                     config, threshold, description)
+
+
+def gan_specs() -> list[ModelSpec]:
+    """The generator zoo (C3LT, ExpGAN): the encoder is trained against the shipped dcgan, so train that first."""
+    return [
+        ModelSpec("dcgan", DCGAN, fit_dcgan, sample_fid, "sample_fid", False,
+                  TrainConfig(epochs=20, seed=30, lr=2e-4, cosine=False), 15.0,
+                  "DCGAN, latent 100 ~ N(0, I); FID of 10k samples vs MNIST test in the features space"),
+        ModelSpec("encoder", Encoder, fit_encoder, encoder_reconstruction_mse, "test_mse", False,
+                  TrainConfig(epochs=5, seed=31), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x"),
+    ]
 
 
 def _specs() -> dict[str, ModelSpec]:
     specs = [
-        ModelSpec("classifier", Classifier, "classifier", TrainConfig(epochs=5, seed=0), 0.990,
-                  "the model under explanation (C3LT MNIST CNN)"),
-        ModelSpec("oracle", Oracle, "classifier", TrainConfig(epochs=3, seed=1), 0.990,
-                  "independent judge of another architecture"),
-        ModelSpec("features", FeatureNet, "classifier", TrainConfig(epochs=2, seed=2), 0.985,
-                  "feature network for FID/KID (128-d)"),
-        ModelSpec("ae_all", AllClassAutoencoder, "autoencoder", TrainConfig(epochs=4, seed=20, cosine=False), 0.005,
-                  "all-class autoencoder for IM2"),
+        _classifier("classifier", Classifier, TrainConfig(epochs=5, seed=0), 0.990,
+                    "the model under explanation (C3LT MNIST CNN)"),
+        _classifier("oracle", Oracle, TrainConfig(epochs=3, seed=1), 0.990,
+                    "independent judge of another architecture"),
+        _classifier("features", FeatureNet, TrainConfig(epochs=2, seed=2), 0.985,
+                    "feature network for FID/KID (128-d)"),
+        _autoencoder("ae_all", AllClassAutoencoder, TrainConfig(epochs=4, seed=20, cosine=False), 0.005,
+                     "all-class autoencoder for IM2"),
     ]
     specs += [
-        ModelSpec(f"ae_{d}", ClassAutoencoder, "autoencoder", TrainConfig(epochs=30, seed=10 + d, digits=(d,),
-                  cosine=False), 0.015, f"autoencoder of digit {d} only, for IM1")
+        _autoencoder(f"ae_{d}", ClassAutoencoder, TrainConfig(epochs=30, seed=10 + d, digits=(d,), cosine=False),
+                     0.015, f"autoencoder of digit {d} only, for IM1")
         for d in range(10)
     ]
+    specs += gan_specs()
     return {s.name: s for s in specs}
 
 
@@ -150,10 +183,11 @@ def train(
     directory = Path(directory or CHECKPOINT_DIR)
     torch.manual_seed(config.seed)
     model = spec.build()
-    fit = train_classifier if spec.kind == "classifier" else train_autoencoder
     start = time.perf_counter()
-    quality = fit(model, config, max_steps=max_steps, progress=progress, desc=name)
+    steps = spec.fit(model, config, max_steps=max_steps, progress=progress, desc=name)
     seconds = time.perf_counter() - start
+    model.eval()
+    quality = {spec.metric: round(spec.measure(model, config), 6)}
     if check_quality and not spec.passes(quality):
         raise QualityError(
             f"{name} reached {quality} after {config.epochs} epochs, missing its threshold {spec.threshold}; "
@@ -169,7 +203,7 @@ def train(
         "command": command + (f" (max_steps={max_steps})" if max_steps is not None else ""),
         "seed": config.seed,
         "epochs": config.epochs,
-        "steps": quality.pop("steps"),
+        "steps": steps,
         "seconds": round(seconds, 1),
         "quality": quality,
         "threshold": spec.threshold,
