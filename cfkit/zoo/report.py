@@ -5,7 +5,6 @@ import torch
 
 from ..data import load_mnist
 from .checkpoints import get_spec, load, names, read_manifest
-from .training import accuracy_on_test, reconstruction_mse_on_test
 
 
 def measure_zoo() -> list[dict]:
@@ -14,10 +13,7 @@ def measure_zoo() -> list[dict]:
     rows = []
     for name in names():
         spec, model = get_spec(name), load(name)
-        if spec.kind == "classifier":
-            metric, measured = "test_accuracy", accuracy_on_test(model)
-        else:
-            metric, measured = "test_mse", reconstruction_mse_on_test(model, spec.config.digits)
+        metric, measured = spec.metric, spec.measure(model, spec.config)
         entry = manifest[name]
         rows.append({
             "model": name, "metric": metric, "measured": round(measured, 6),
@@ -34,3 +30,18 @@ def agreement_on_test(first: torch.nn.Module, second: torch.nn.Module) -> float:
     a = torch.cat([first(c).argmax(1) for c in x.split(1000)])
     b = torch.cat([second(c).argmax(1) for c in x.split(1000)])
     return (a == b).float().mean().item()
+
+
+@torch.inference_mode()
+def generator_report() -> dict[str, float]:
+    """How usable the generator zoo is for counterfactuals: does G(E(x)) keep the digit, do samples cover all ten?"""
+    gan, encoder, classifier = load("dcgan"), load("encoder"), load("classifier")
+    x, y = load_mnist("test")
+    recon = torch.cat([gan.generator(encoder(chunk)) for chunk in x.split(1000)])
+    sampled = torch.cat([classifier(chunk).argmax(1) for chunk in gan.sample(10_000).split(1000)])
+    shares = torch.bincount(sampled, minlength=10).float() / len(sampled)
+    return {
+        "encoder/classifier_accuracy_on_reconstructions": (classifier(recon).argmax(1) == y).float().mean().item(),
+        "dcgan/smallest_class_share_of_samples": shares.min().item(),
+        "dcgan/largest_class_share_of_samples": shares.max().item(),
+    }
