@@ -77,7 +77,7 @@ def gan_specs() -> list[ModelSpec]:
                   TrainConfig(epochs=20, seed=30, lr=2e-4, cosine=False), 15.0,
                   "DCGAN, latent 100 ~ N(0, I); FID of 10k samples vs MNIST test in the features space"),
         ModelSpec("encoder", Encoder, fit_encoder, encoder_reconstruction_mse, "test_mse", False,
-                  TrainConfig(epochs=5, seed=31), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x"),
+                  TrainConfig(epochs=5, seed=31, cosine=False), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x"),
     ]
 
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_mnist
-from .training import TrainConfig, batches
+from .training import TrainConfig, batches, fit_loop
 
 LATENT_DIM = 100
 
@@ -111,20 +111,14 @@ def fit_encoder(model: Encoder, config: TrainConfig, max_steps: int | None = Non
     from .checkpoints import load
 
     generator = (gan or load("dcgan")).generator.eval()
-    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
-    model.train()
-    step = 0
-    for real, _ in batches(config, max_steps, progress, desc):
+
+    def loss(encoder: nn.Module, real: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
         z = torch.randn(len(real), generator.latent_dim)
         with torch.no_grad():
             fake = generator(z)
-        loss = F.mse_loss(generator(model(real)), real) + 0.1 * F.mse_loss(model(fake), z)
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
-        step += 1
-    model.eval()
-    return step
+        return F.mse_loss(generator(encoder(real)), real) + 0.1 * F.mse_loss(encoder(fake), z)
+
+    return fit_loop(model, loss, config, max_steps, progress, desc)
 
 
 def sample_fid(model: DCGAN, _: TrainConfig, n: int = 10_000) -> float:

@@ -39,8 +39,7 @@ def batches(config: TrainConfig, max_steps: int | None, progress: bool, desc: st
     """The seeded stream of shuffled MNIST training batches for ``config.epochs`` (or ``max_steps``)."""
     x, y = load_mnist("train", digits=config.digits)
     generator = set_seed(config.seed)
-    steps_per_epoch = -(-len(x) // config.batch_size)
-    total = config.epochs * steps_per_epoch if max_steps is None else min(max_steps, config.epochs * steps_per_epoch)
+    total = total_steps(config, max_steps)
     step = 0
     with tqdm(total=total, desc=desc, disable=not progress, unit="step") as bar:
         while step < total:
@@ -53,6 +52,7 @@ def batches(config: TrainConfig, max_steps: int | None, progress: bool, desc: st
 
 
 def total_steps(config: TrainConfig, max_steps: int | None) -> int:
+    """How many batches ``config.epochs`` make, capped by ``max_steps``."""
     steps = config.epochs * -(-len(load_mnist("train", digits=config.digits)[0]) // config.batch_size)
     return steps if max_steps is None else min(max_steps, steps)
 
