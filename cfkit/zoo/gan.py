@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_mnist
+from .losses import critic_loss, looks_real
 from .training import TrainConfig, batches, fit_loop
 
 LATENT_DIM = 100
@@ -33,12 +34,14 @@ class Generator(nn.Module):
 
 
 class Discriminator(nn.Module):
-    def __init__(self) -> None:
+    """Real/fake logits of 28×28 images; ``outputs`` > 1 gives one logit per head (ExplainGAN's critic)."""
+
+    def __init__(self, outputs: int = 1) -> None:
         super().__init__()
         self.net = nn.Sequential(
             nn.Conv2d(1, 32, 4, 2, 1), nn.LeakyReLU(0.2),
             nn.Conv2d(32, 64, 4, 2, 1), nn.BatchNorm2d(64), nn.LeakyReLU(0.2),
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 1),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, outputs),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -89,14 +92,11 @@ def fit_dcgan(model: DCGAN, config: TrainConfig, max_steps: int | None = None, p
     for real, _ in batches(config, max_steps, progress, desc):
         z = torch.randn(len(real), g.latent_dim)
         fake = g(z)
-        real_logits, fake_logits = d(real), d(fake.detach())
-        loss_d = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
-                  + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
+        loss_d = critic_loss(d(real), d(fake.detach()))
         opt_d.zero_grad(set_to_none=True)
         loss_d.backward()
         opt_d.step()
-        fooled = d(fake)
-        loss_g = F.binary_cross_entropy_with_logits(fooled, torch.ones_like(fooled))
+        loss_g = looks_real(d(fake))
         opt_g.zero_grad(set_to_none=True)
         loss_g.backward()
         opt_g.step()

@@ -26,6 +26,7 @@ class TrainConfig:
     batch_size: int = 128
     digits: tuple[int, ...] | None = None
     cosine: bool = True
+    halve_every: int = 0  # epochs between learning-rate halvings (C3LT's step schedule); 0: never
 
 
 def set_seed(seed: int) -> torch.Generator:
@@ -57,6 +58,50 @@ def total_steps(config: TrainConfig, max_steps: int | None) -> int:
     return steps if max_steps is None else min(max_steps, steps)
 
 
+def pair_batches(config: TrainConfig, max_steps: int | None, progress: bool, desc: str
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Seeded batches of a pair's two classes side by side: ``config.digits = (query, target)``.
+
+    An epoch is one pass over the query class; the target class is reshuffled whenever it runs out.
+    """
+    query, target = config.digits
+    xq, xt = load_mnist("train", digits=(query,))[0], load_mnist("train", digits=(target,))[0]
+    generator = set_seed(config.seed)
+    total = pair_steps(config, max_steps)
+
+    def stream(x: torch.Tensor) -> Iterator[torch.Tensor]:
+        while True:
+            for batch in torch.randperm(len(x), generator=generator).split(config.batch_size):
+                if len(batch) == config.batch_size:
+                    yield x[batch]
+
+    query_stream, target_stream = stream(xq), stream(xt)
+    for _ in tqdm(range(total), desc=desc, disable=not progress, unit="step"):
+        yield next(query_stream), next(target_stream)
+
+
+def pair_steps(config: TrainConfig, max_steps: int | None) -> int:
+    """Full batches of the query class in ``config.epochs``, capped by ``max_steps``."""
+    steps = config.epochs * (len(load_mnist("train", digits=config.digits[:1])[0]) // config.batch_size)
+    return steps if max_steps is None else min(max_steps, steps)
+
+
+def lr_schedule(optimiser: torch.optim.Optimizer, config: TrainConfig, total: int, per_epoch: int
+                ) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """Per-step scheduler: cosine over ``total`` steps, or halving every ``config.halve_every`` epochs, or none."""
+    if config.cosine:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=total)
+    if config.halve_every:
+        return torch.optim.lr_scheduler.StepLR(optimiser, step_size=config.halve_every * max(1, per_epoch), gamma=0.5)
+    return None
+
+
+def pair_schedule(optimiser: torch.optim.Optimizer, config: TrainConfig, max_steps: int | None
+                  ) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """:func:`lr_schedule` for the paired stream of :func:`pair_batches`."""
+    return lr_schedule(optimiser, config, pair_steps(config, max_steps), pair_steps(config, None) // config.epochs)
+
+
 def fit_loop(
     model: nn.Module,
     loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor],
@@ -64,15 +109,23 @@ def fit_loop(
     max_steps: int | None,
     progress: bool,
     desc: str,
+    paired: bool = False,
 ) -> int:
-    """Adam (cosine schedule if ``config.cosine``) on ``loss_fn`` over the seeded batches; return steps taken."""
+    """Adam on ``loss_fn(model, a, b)`` over the seeded batches, scheduled by :func:`lr_schedule`; return steps.
+
+    ``(a, b)`` are (images, labels), or with ``paired`` a batch of each class of ``config.digits``.
+    """
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
-    total = total_steps(config, max_steps)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=total) if config.cosine else None
+    if paired:
+        stream, schedule = pair_batches(config, max_steps, progress, desc), pair_schedule(optimiser, config, max_steps)
+    else:
+        total = total_steps(config, max_steps)
+        stream = batches(config, max_steps, progress, desc)
+        schedule = lr_schedule(optimiser, config, total, total_steps(config, None) // config.epochs)
     model.train()
     step = 0
-    for x, y in batches(config, max_steps, progress, desc):
-        loss = loss_fn(model, x, y)
+    for a, b in stream:
+        loss = loss_fn(model, a, b)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         optimiser.step()
