@@ -20,16 +20,32 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from .data import ensure_mnist
     from .zoo import checkpoints
 
-    targets = checkpoints.names() if args.all else args.names
+    targets = checkpoints.names() if args.all else _expand_pair_families(args.names, args.pair)
     if not targets:
-        raise CfkitError("name a model to train (e.g. `cfkit train ae_9`) or pass --all; "
-                         f"models: {', '.join(checkpoints.names())}")
+        raise CfkitError("name a model to train (e.g. `cfkit train ae_9`, `cfkit train c3lt --pair 4 9`) or pass "
+                         f"--all; models: {', '.join(checkpoints.names())}")
     ensure_mnist(verbose=False)
     for name in targets:
         checkpoints.get_spec(name)  # fail on an unknown name before any training starts
     for name in targets:
         entry = checkpoints.train(name, epochs=args.epochs)
         print(f"{name}: {entry['quality']} in {entry['seconds']} s -> {entry['file']} ({entry['sha256'][:12]}…)")
+
+
+def _expand_pair_families(names: list[str], pair: list[int] | None) -> list[str]:
+    """``c3lt --pair 4 9`` -> c3lt_4_9; a bare ``c3lt`` -> the three protocol pairs; other names unchanged."""
+    from .data import PAIRS
+    from .zoo.checkpoints import PAIR_FAMILIES, pair_name
+
+    if pair is not None and not any(n in PAIR_FAMILIES for n in names):
+        raise CfkitError(f"--pair goes with a pair family ({', '.join(PAIR_FAMILIES)}), e.g. `cfkit train c3lt --pair 4 9`.")
+    expanded = []
+    for name in names:
+        if name in PAIR_FAMILIES:
+            expanded += [pair_name(name, tuple(pair))] if pair is not None else [pair_name(name, p) for p in PAIRS]
+        else:
+            expanded.append(name)
+    return expanded
 
 
 def _cmd_run(args: argparse.Namespace) -> None:
@@ -64,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="models to train, e.g. classifier ae_9")
     p.add_argument("--all", action="store_true", help="train every model of the zoo")
     p.add_argument("--epochs", type=int, default=None, help="override the spec's epochs")
+    p.add_argument("--pair", type=int, nargs=2, metavar=("QUERY", "TARGET"), default=None,
+                   help="with c3lt or expgan: the one pair to train (default: the protocol's three)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("run", help="run a notebook headless with papermill")

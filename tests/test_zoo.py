@@ -7,10 +7,10 @@ import shutil
 import pytest
 import torch
 
-from cfkit.errors import CheckpointError, QualityError
+from cfkit.errors import CheckpointError, InputError, QualityError
 from cfkit.paths import CHECKPOINT_DIR
 from cfkit.zoo import checkpoints
-from cfkit.zoo.checkpoints import MANIFEST, get_spec, load, names, read_manifest, train
+from cfkit.zoo.checkpoints import MANIFEST, get_spec, load, load_pair, names, read_manifest, train
 from cfkit.zoo.training import accuracy_on_test
 
 FIELDS = {"file", "sha256", "command", "seed", "epochs", "seconds", "quality"}
@@ -21,7 +21,7 @@ def test_every_model_ships_with_a_manifest_entry() -> None:
     assert set(manifest) == set(names())
     for name, entry in manifest.items():
         assert FIELDS <= set(entry), name
-        assert entry["command"].startswith(f"cfkit train {name}")
+        assert entry["command"].startswith(get_spec(name).command)
         assert (CHECKPOINT_DIR / entry["file"]).is_file()
         assert get_spec(name).passes(entry["quality"]), f"{name} ships below its threshold"
 
@@ -89,7 +89,8 @@ def test_unknown_model_name() -> None:
         load("ae_10")
 
 
-@pytest.mark.parametrize("name", ["classifier", "oracle", "features", "ae_all", "ae_7", "dcgan", "encoder"])
+@pytest.mark.parametrize("name", ["classifier", "oracle", "features", "ae_all", "ae_7", "dcgan", "encoder", "c3lt_4_9",
+                                  "expgan_4_9", "c3lt_7_1"])
 def test_training_code_runs_and_writes_a_loadable_checkpoint(name: str, tmp_path) -> None:
     entry = train(name, directory=tmp_path, max_steps=3, check_quality=False, progress=False)
     assert entry["steps"] == 3 and (tmp_path / f"{name}.pt").is_file()
@@ -121,3 +122,40 @@ def test_generator_zoo_shapes_and_inversion() -> None:
         error = (gan.generator(encoder(x)) - x).pow(2).mean()
         untrained = (gan.generator(torch.zeros_like(z)) - x).pow(2).mean()
     assert error < 0.5 * untrained, "the encoder must invert the generator far better than a constant latent"
+
+
+def test_pair_models_name_their_pair_and_command() -> None:
+    spec = get_spec("c3lt_2_7")  # any pair can be trained, not only the protocol's
+    assert spec.command == "cfkit train c3lt --pair 2 7" and spec.config.digits == (2, 7)
+    assert {"c3lt_4_9", "c3lt_3_8", "c3lt_5_6", "expgan_4_9", "expgan_3_8", "expgan_5_6"} <= set(names())
+    with pytest.raises(InputError, match="must differ"):
+        get_spec("expgan_4_4")
+    with pytest.raises(CheckpointError, match="unknown zoo model 'c3lt_49'"):
+        get_spec("c3lt_49")
+
+
+def test_pair_checkpoint_trained_on_another_pair_is_refused(zoo_copy) -> None:
+    shutil.copy(zoo_copy / "c3lt_3_8.pt", zoo_copy / "c3lt_4_9.pt")
+    manifest = json.loads((zoo_copy / MANIFEST).read_text())
+    manifest["c3lt_4_9"]["sha256"] = manifest["c3lt_3_8"]["sha256"]
+    (zoo_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"trained on 3->8, not 4->9.*cfkit train c3lt --pair 4 9"):
+        load_pair("c3lt", (4, 9), directory=zoo_copy)
+
+
+@pytest.mark.parametrize("name", ["c3lt_4_9", "c3lt_3_8", "c3lt_5_6", "expgan_4_9", "expgan_3_8", "expgan_5_6"])
+def test_pair_models_reach_95_percent_validity(name: str) -> None:
+    recorded = read_manifest()[name]["quality"]["test_validity"]
+    assert recorded >= 0.95
+    spec = get_spec(name)
+    assert spec.measure(load(name), spec.config) == pytest.approx(recorded, abs=1e-4)
+
+
+def test_cli_expands_pair_families() -> None:
+    from cfkit.cli import _expand_pair_families
+    from cfkit.errors import CfkitError
+
+    assert _expand_pair_families(["c3lt"], [4, 9]) == ["c3lt_4_9"]
+    assert _expand_pair_families(["expgan", "ae_1"], None) == ["expgan_4_9", "expgan_3_8", "expgan_5_6", "ae_1"]
+    with pytest.raises(CfkitError, match="--pair goes with a pair family"):
+        _expand_pair_families(["ae_1"], [4, 9])

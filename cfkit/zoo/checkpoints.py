@@ -22,7 +22,10 @@ from torch import nn
 from ..data import sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
+from ..data import PAIRS
+from .explaingan import ExplainGAN, expgan_test_validity, fit_expgan
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
+from .latent_maps import C3LTMaps, c3lt_test_validity, fit_c3lt
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
 from .training import (TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier,
                        reconstruction_mse_on_test)
@@ -47,10 +50,11 @@ class ModelSpec:
     config: TrainConfig
     threshold: float
     description: str
+    train_command: str | None = None  # defaults to `cfkit train <name>`
 
     @property
     def command(self) -> str:
-        return f"cfkit train {self.name}"
+        return self.train_command or f"cfkit train {self.name}"
 
     def passes(self, quality: dict[str, float]) -> bool:
         value = quality[self.metric]
@@ -81,6 +85,41 @@ def gan_specs() -> list[ModelSpec]:
     ]
 
 
+PAIR_FAMILIES = ("c3lt", "expgan")
+"""Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``."""
+
+
+def pair_name(family: str, pair: tuple[int, int]) -> str:
+    return f"{family}_{pair[0]}_{pair[1]}"
+
+
+def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
+    """The spec of one pair's C3LT maps or ExplainGAN; any pair of distinct digits can be trained."""
+    from ..validate import check_pair
+
+    q, t = check_pair(pair)
+    command = f"cfkit train {family} --pair {q} {t}"
+    if family == "c3lt":
+        return ModelSpec(pair_name(family, (q, t)), lambda: C3LTMaps((q, t)), fit_c3lt, c3lt_test_validity,
+                         "test_validity", True,
+                         TrainConfig(epochs=5, seed=40, lr=1e-3, digits=(q, t), cosine=False, halve_every=2), 0.95,
+                         f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder", command)
+    if family == "expgan":
+        return ModelSpec(pair_name(family, (q, t)), lambda: ExplainGAN((q, t)), fit_expgan, expgan_test_validity,
+                         "test_validity", True,
+                         TrainConfig(epochs=5, seed=50, lr=2e-4, batch_size=64, digits=(q, t), cosine=False), 0.95,
+                         f"ExplainGAN generator (digit + mask) and critic for {q}<->{t}", command)
+    raise CheckpointError(f"unknown pair family {family!r}; known: {', '.join(PAIR_FAMILIES)}.")
+
+
+def _parse_pair_name(name: str) -> ModelSpec | None:
+    family, _, rest = name.partition("_")
+    parts = rest.split("_")
+    if family in PAIR_FAMILIES and len(parts) == 2 and all(p.isdigit() and len(p) == 1 for p in parts):
+        return pair_spec(family, (int(parts[0]), int(parts[1])))
+    return None
+
+
 def _specs() -> dict[str, ModelSpec]:
     specs = [
         _classifier("classifier", Classifier, TrainConfig(epochs=5, seed=0), 0.990,
@@ -98,6 +137,7 @@ def _specs() -> dict[str, ModelSpec]:
         for d in range(10)
     ]
     specs += gan_specs()
+    specs += [pair_spec(family, pair) for family in PAIR_FAMILIES for pair in PAIRS]
     return {s.name: s for s in specs}
 
 
@@ -109,9 +149,13 @@ def names() -> list[str]:
 
 
 def get_spec(name: str) -> ModelSpec:
-    if name not in SPECS:
+    """The spec of a shipped model, or of any pair's ``c3lt_<q>_<t>`` / ``expgan_<q>_<t>``."""
+    if name in SPECS:
+        return SPECS[name]
+    spec = _parse_pair_name(name)
+    if spec is None:
         raise CheckpointError(f"unknown zoo model {name!r}; known models: {', '.join(SPECS)}.")
-    return SPECS[name]
+    return spec
 
 
 def read_manifest(directory: str | Path | None = None) -> dict[str, dict]:
@@ -163,6 +207,20 @@ def _load_cached(name: str, directory: str, device: str) -> nn.Module:
     model.to(device).eval()
     for parameter in model.parameters():
         parameter.requires_grad_(False)
+    return model
+
+
+def load_pair(family: str, pair: tuple[int, int], directory: str | Path | None = None,
+              device: str | torch.device = "cpu") -> nn.Module:
+    """Load the ``family`` model of one (query, target) pair and check it was trained on that pair."""
+    spec = pair_spec(family, pair)
+    model = load(spec.name, directory, device)
+    trained_on = tuple(model.pair.tolist())
+    if trained_on != tuple(pair):
+        raise CheckpointError(
+            f"{spec.name}.pt holds a model trained on {trained_on[0]}->{trained_on[1]}, not {pair[0]}->{pair[1]}; "
+            f"rebuild it with `{spec.command}`."
+        )
     return model
 
 
@@ -218,3 +276,10 @@ def train(
     atomic_write_json(directory / MANIFEST, manifest)
     _load_cached.cache_clear()
     return entry
+
+
+def train_pairs(family: str, pairs: list[tuple[int, int]], directory: str | Path, progress: bool = True) -> Path:
+    """Retrain ``family``'s model for each pair into ``directory`` (with its own manifest); return it."""
+    for pair in pairs:
+        train(pair_name(family, pair), directory=directory, progress=progress)
+    return Path(directory)

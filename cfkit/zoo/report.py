@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..data import load_mnist
-from .checkpoints import get_spec, load, names, read_manifest
+from .checkpoints import get_spec, load, names, pair_name, read_manifest
 
 
 def measure_zoo() -> list[dict]:
@@ -45,3 +45,18 @@ def generator_report() -> dict[str, float]:
         "dcgan/smallest_class_share_of_samples": shares.min().item(),
         "dcgan/largest_class_share_of_samples": shares.max().item(),
     }
+
+
+def pair_models_table(family: str, pairs: list[tuple[int, int]], directory: str | None = None) -> list[dict]:
+    """What the manifest records for each pair's model: quality figure, epochs, steps, seconds, seed."""
+    manifest = read_manifest(directory)
+    rows = []
+    for pair in pairs:
+        name = pair_name(family, pair)
+        entry = manifest.get(name)
+        if entry is None:
+            rows.append({"model": name, "note": f"not trained: `{get_spec(name).command}`"})
+            continue
+        rows.append({"model": name, **entry["quality"], "epochs": entry["epochs"], "steps": entry["steps"],
+                     "seconds": entry["seconds"], "seed": entry["seed"]})
+    return rows

@@ -1,0 +1,141 @@
+"""C3LT's learned latent maps (Khorram & Fuxin, CVPR 2022): per pair, g: z → z′ and h: z′ → z.
+
+The DCGAN generator G, its discriminator D, the encoder E and the classifier stay frozen. For a
+query x of class q, z = E(x) and the counterfactual is G(g(z)); h maps target-class latents back.
+Each map is a residual, norm-preserving step: z ← ‖z‖ · (z + Δ(z)) / ‖z + Δ(z)‖ with Δ two 1×1
+layers (an MLP on the 100-d latent), so g(z) stays on the shell where G's prior puts its mass.
+
+Training, per batch of q images x₁ and t images x₂ (weights as in the C3LT code)::
+
+    cls   = NLL(t | G(g(z₁))) + NLL(q | G(h(z₂)))                            (halves averaged)
+    prox  = (L1(x, x′) + p₁·smoothness(m) + p₂·entropy(m)) / (1 + p₁ + p₂)   m: normalised (x′ − x)²
+    cycle = L1(z₁, h(g(z₁))) + L1(z₂, g(h(z₂))) + perceptual(x, G(cycled z))  (on classifier features)
+    adv   = D calls the counterfactuals and the cycle reconstructions real
+    loss  = cls + α·prox + β·cycle + γ·adv
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data import load_mnist
+from .gan import LATENT_DIM
+from .losses import binary_entropy, difference_mask, looks_real, smoothness, target_nll
+from .training import TrainConfig, fit_loop
+
+
+class LatentStep(nn.Module):
+    """One residual, norm-preserving step in latent space; ``fraction`` < 1 walks part of the way."""
+
+    def __init__(self, latent_dim: int = LATENT_DIM) -> None:
+        super().__init__()
+        self.delta = nn.Sequential(nn.Linear(latent_dim, latent_dim), nn.ReLU(), nn.Linear(latent_dim, latent_dim))
+
+    def forward(self, z: torch.Tensor, steps: int = 1, fraction: float = 1.0) -> torch.Tensor:
+        for _ in range(steps):
+            moved = z + fraction * self.delta(z)
+            z = moved * (z.norm(dim=1, keepdim=True) / moved.norm(dim=1, keepdim=True).clamp_min(1e-12))
+        return z
+
+
+class C3LTMaps(nn.Module):
+    """The two maps of one pair: ``forward`` (g, query → target) and ``backward`` (h, target → query).
+
+    The pair is a buffer, so a checkpoint remembers which pair it was trained on.
+    """
+
+    def __init__(self, pair: tuple[int, int]) -> None:
+        super().__init__()
+        self.register_buffer("pair", torch.tensor(pair))
+        self.forward_map = LatentStep()
+        self.backward_map = LatentStep()
+
+    def forward(self, z: torch.Tensor, steps: int = 1, fraction: float = 1.0) -> torch.Tensor:
+        return self.forward_map(z, steps, fraction)
+
+
+@dataclass(frozen=True)
+class C3LTWeights:
+    """Loss weights of the C3LT code's MNIST defaults."""
+
+    alpha: float = 0.1  # proximity
+    beta: float = 0.1  # cycle consistency
+    gamma: float = 0.001  # adversarial
+    smooth: float = 10.0  # p1: mask smoothness inside the proximity term
+    entropy: float = 1.0  # p2: mask entropy inside the proximity term
+    steps: int = 1  # map steps per translation
+
+
+def proximity(x: torch.Tensor, x_cf: torch.Tensor, w: C3LTWeights) -> torch.Tensor:
+    """Pixel L1 plus smoothness and entropy of the normalised squared-difference mask."""
+    mask = difference_mask(x, x_cf)
+    return (F.l1_loss(x_cf, x) + w.smooth * smoothness(mask) + w.entropy * binary_entropy(mask)) / (
+        1 + w.smooth + w.entropy)
+
+
+def classifier_features(classifier: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The classifier's two post-ReLU convolutional activations (C3LT's perceptual layers)."""
+    features = classifier.features
+    first = features[:2](x)
+    second = features[2:5](first)
+    return [first, second]
+
+
+def perceptual(classifier: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """L1 between images and between their classifier features, averaged over the three."""
+    terms = [F.l1_loss(a, b) for a, b in zip(classifier_features(classifier, x), classifier_features(classifier, y))]
+    return (sum(terms) + F.l1_loss(x, y)) / (len(terms) + 1)
+
+
+def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, frozen: dict[str, nn.Module],
+              w: C3LTWeights = C3LTWeights()) -> dict[str, torch.Tensor]:
+    """Every term of the C3LT objective for one batch of each class, and their weighted sum ``total``."""
+    generator, critic, encoder, classifier = (frozen[k] for k in ("generator", "critic", "encoder", "classifier"))
+    query, target = maps.pair.tolist()
+    with torch.no_grad():
+        z1, z2 = encoder(x_query), encoder(x_target)
+    z1_cf, z2_cf = maps.forward_map(z1, w.steps), maps.backward_map(z2, w.steps)
+    z1_cycle, z2_cycle = maps.backward_map(z1_cf, w.steps), maps.forward_map(z2_cf, w.steps)
+    x1_cf, x2_cf = generator(z1_cf), generator(z2_cf)
+    x1_cycle, x2_cycle = generator(z1_cycle), generator(z2_cycle)
+    terms = {
+        "cls": (target_nll(classifier, x1_cf, target) + target_nll(classifier, x2_cf, query)) / 2,
+        "prox": (proximity(x_query, x1_cf, w) + proximity(x_target, x2_cf, w)) / 2,
+        "cycle": (perceptual(classifier, x_query, x1_cycle) + perceptual(classifier, x_target, x2_cycle)
+                  + F.l1_loss(z1_cycle, z1) + F.l1_loss(z2_cycle, z2)) / 4,
+        "adv": sum(looks_real(critic(x)) for x in (x1_cf, x2_cf, x1_cycle, x2_cycle)) / 4,
+    }
+    terms["total"] = terms["cls"] + w.alpha * terms["prox"] + w.beta * terms["cycle"] + w.gamma * terms["adv"]
+    return terms
+
+
+def frozen_c3lt_parts() -> dict[str, nn.Module]:
+    """The shipped G, D, E and classifier, frozen, in eval mode."""
+    from .checkpoints import load
+
+    gan = load("dcgan")
+    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": load("encoder"),
+            "classifier": load("classifier")}
+
+
+def fit_c3lt(maps: C3LTMaps, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
+             desc: str = "", weights: C3LTWeights = C3LTWeights()) -> int:
+    """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs."""
+    frozen = frozen_c3lt_parts()
+
+    def loss(model: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor) -> torch.Tensor:
+        return c3lt_loss(model, x_query, x_target, frozen, weights)["total"]
+
+    return fit_loop(maps, loss, config, max_steps, progress, desc, paired=True)
+
+
+@torch.inference_mode()
+def c3lt_test_validity(maps: C3LTMaps, _: TrainConfig) -> float:
+    """Share of MNIST test images of the query class whose counterfactual G(g(E(x))) is called the target."""
+    frozen = frozen_c3lt_parts()
+    query, target = maps.pair.tolist()
+    x = load_mnist("test", digits=(query,))[0]
+    x_cf = frozen["generator"](maps(frozen["encoder"](x)))
+    return (frozen["classifier"](x_cf).argmax(1) == target).float().mean().item()
