@@ -22,7 +22,8 @@ def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = F
         ax.set_title(title, fontsize=8)
 
 
-def image_rows(rows: dict[str, torch.Tensor], titles: Sequence[str] | None = None, size: float = 1.2) -> Figure:
+def image_rows(rows: dict[str, torch.Tensor], titles: Sequence[str] | None = None, size: float = 1.2,
+               title: str | None = None) -> Figure:
     """One row per entry of ``rows`` (label -> (N, 1, 28, 28)).
 
     Rows labelled 'difference…' use a diverging map on [-1, 1]; rows labelled 'attribution…' a diverging
@@ -40,14 +41,17 @@ def image_rows(rows: dict[str, torch.Tensor], titles: Sequence[str] | None = Non
             else:
                 ax.axis("off")
         axes[r, 0].set_ylabel(label, fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def counterfactual_grid(x: torch.Tensor, x_cf: torch.Tensor, n: int = 8, titles: Sequence[str] | None = None) -> Figure:
+def counterfactual_grid(x: torch.Tensor, x_cf: torch.Tensor, n: int = 8, titles: Sequence[str] | None = None,
+                        title: str | None = None) -> Figure:
     """Queries, counterfactuals and their difference (red: ink added, blue: ink removed)."""
     x, x_cf = x[:n], x_cf[:n]
-    return image_rows({"query": x, "counterfactual": x_cf, "difference": x_cf - x}, titles=titles)
+    return image_rows({"query": x, "counterfactual": x_cf, "difference": x_cf - x}, titles=titles, title=title)
 
 
 def probability_bars(ax: Axes, probs: torch.Tensor, highlight: Sequence[int] = (), title: str = "") -> None:
@@ -110,3 +114,9 @@ def swapped_cells(x: torch.Tensor, distractor: torch.Tensor, x_cf: torch.Tensor,
                 ax.add_patch(Rectangle((c * tile - 0.5, r * tile - 0.5), tile, tile, fill=False, color="tab:red", lw=1))
                 ax.text(c * tile + 1, r * tile + 3, str(order), color="yellow", fontsize=5)
     return fig
+
+
+def latent_walk(x: torch.Tensor, path: torch.Tensor, fractions: Sequence[float]) -> Figure:
+    """C3LT: one row per query, then the images along its latent path (``path``: (points, N, 1, 28, 28))."""
+    rows = {f"query {i}": torch.cat([x[i : i + 1], path[:, i]]) for i in range(len(x))}
+    return image_rows(rows, titles=["query"] + [f"step {f:.2f}" for f in fractions])

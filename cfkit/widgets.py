@@ -47,26 +47,49 @@ def choice(options: list, description: str, value: object | None = None) -> widg
                             description=description)
 
 
+def _draw_one(method, x: torch.Tensor, source: int, target: int, note: str):
+    """Explain one query and draw query, counterfactual, difference and both probability bars."""
+    from . import plots
+
+    result = method.explain(x, target, source=torch.tensor([source]))
+    with torch.inference_mode():
+        probs = torch.softmax(method.classifier(torch.cat([x, result.x_cf]).to(method.device)), 1).cpu()
+    verdict = "valid" if bool(result.valid[0]) else "not valid"
+    return plots.explain_one(x[0], result.x_cf[0], probs[0], probs[1], source, target,
+                             note=f"{method.name}, {note}: {verdict}, {result.seconds:.2f} s")
+
+
 def method_explorer(
     make_method: Callable[[float], object], queries: torch.Tensor, source: int, knob: widgets.FloatSlider,
     target: int = 9,
 ) -> widgets.VBox:
     """Query index, target class (any digit) and the method's main knob; redraws query, counterfactual,
     difference and the classifier's probabilities for both. ``make_method(knob)`` builds the method."""
-    from . import plots
 
     def draw(index: int, target: int, knob: float):
         if target == source:
             print(f"the target must differ from the query class {source}: pick another digit")
             return None
-        method = make_method(knob)
-        x = queries[index : index + 1]
-        result = method.explain(x, target, source=torch.tensor([source]))
-        with torch.inference_mode():
-            probs = torch.softmax(method.classifier(torch.cat([x, result.x_cf]).to(method.device)), 1).cpu()
-        verdict = "valid" if bool(result.valid[0]) else "not valid"
-        return plots.explain_one(x[0], result.x_cf[0], probs[0], probs[1], source, target,
-                                 note=f"{method.name}, {knob_name}={knob:g}: {verdict}, {result.seconds:.2f} s")
+        return _draw_one(make_method(knob), queries[index : index + 1], source, target, f"{knob_name}={knob:g}")
 
     knob_name = knob.description
     return explorer(draw, index=index_slider(len(queries)), target=class_slider("target", target), knob=knob)
+
+
+def pair_explorer(
+    make_method: Callable[[float], object], pairs: list[tuple[int, int]], knob: widgets.ValueWidget,
+    n_queries: int = 200,
+) -> widgets.VBox:
+    """For methods trained per pair (C3LT, ExpGAN): a pair selector, the query index among the pair's test
+    queries, and the method's knob; redraws like :func:`method_explorer`."""
+    from .evaluation import protocol_queries
+
+    queries = {pair: protocol_queries(pair, n_queries)[0] for pair in pairs}
+
+    def draw(pair: tuple[int, int], index: int, knob: float):
+        x = queries[pair][min(index, len(queries[pair]) - 1)][None]
+        return _draw_one(make_method(knob), x, pair[0], pair[1], f"{pair[0]}->{pair[1]}, {knob_name}={knob:g}")
+
+    knob_name = knob.description
+    selector = widgets.Dropdown(options=[(f"{q}->{t}", (q, t)) for q, t in pairs], value=pairs[0], description="pair")
+    return explorer(draw, pair=selector, index=index_slider(n_queries), knob=knob)

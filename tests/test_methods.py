@@ -1,15 +1,17 @@
-"""The three image-space methods: the shared contract every method must pass, then each one's own promises."""
+"""Every method: the shared contract each must pass, then each one's own promises."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from cfkit.data import load_mnist
-from cfkit.errors import InputError
+from cfkit.errors import CheckpointError, InputError
 from cfkit.methods.adversarial import AdversarialAttack, AttackConfig
-from cfkit.methods.base import CounterfactualMethod
+from cfkit.methods.base import CounterfactualMethod, pair_groups
+from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cem import CEM, CEMConfig, target_margin
 from cfkit.methods.cve import CVE, CVEConfig, paste_tiles
+from cfkit.methods.expgan import ExpGAN, ExpGANConfig
 from cfkit.zoo.checkpoints import load
 
 QUICK_CEM = CEMConfig(iterations=15, search_steps=2)
@@ -21,7 +23,14 @@ def _methods() -> dict[str, CounterfactualMethod]:
         "adv_attack": AdversarialAttack(classifier, AttackConfig(steps=40), device="cpu"),
         "cem": CEM(classifier, load("ae_all"), QUICK_CEM, device="cpu"),
         "cve": CVE(classifier, device="cpu"),
+        "c3lt": C3LT(classifier, device="cpu"),
+        "expgan": ExpGAN(classifier, device="cpu"),
     }
+
+
+METHODS = ["adv_attack", "cem", "cve", "c3lt", "expgan"]
+PER_PAIR = {"c3lt", "expgan"}
+"""Methods with one trained model per (query, target) pair: only trained pairs can be asked for."""
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +38,33 @@ def fours() -> torch.Tensor:
     return load_mnist("test", digits=(4,))[0][:12]
 
 
-@pytest.mark.parametrize("name", ["adv_attack", "cem", "cve"])
-def test_explain_contract(name: str, fours) -> None:
+@pytest.fixture(scope="module")
+def threes() -> torch.Tensor:
+    return load_mnist("test", digits=(3,))[0][:6]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_explain_contract(name: str, fours, threes) -> None:
     """What a new method must pass: shapes, range, validity flags, timing, per-image targets, seeding."""
     method = _methods()[name]
     assert method.name == name
-    target = torch.tensor([9] * 6 + [7] * 6)
-    result = method.explain(fours, target, source=torch.full((12,), 4))
-    assert result.x_cf.shape == fours.shape and result.x_cf.dtype == torch.float32
+    if name in PER_PAIR:  # mixed pairs in one batch: 4->9 and 3->8
+        x, source, target = torch.cat([fours[:6], threes]), torch.tensor([4] * 6 + [3] * 6), torch.tensor([9] * 6 + [8] * 6)
+    else:
+        x, source, target = fours, torch.full((12,), 4), torch.tensor([9] * 6 + [7] * 6)
+    result = method.explain(x, target, source=source)
+    assert result.x_cf.shape == x.shape and result.x_cf.dtype == torch.float32
     assert 0 <= result.x_cf.min() and result.x_cf.max() <= 1
     assert torch.equal(result.valid, method.predict(result.x_cf) == target)
     assert result.validity >= 0.9 and result.seconds > 0
-    again = method.explain(fours, target, source=torch.full((12,), 4))
+    again = method.explain(x, target, source=source)
     assert torch.allclose(again.x_cf, result.x_cf, atol=1e-5), "explain must be deterministic"
+    if name in PER_PAIR:
+        alone = method.explain(threes, 8, source=torch.full((6,), 3))
+        assert torch.allclose(alone.x_cf, result.x_cf[6:], atol=1e-5), "a query's answer must not depend on its batch"
 
 
-@pytest.mark.parametrize("name", ["adv_attack", "cem", "cve"])
+@pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize(
     ("x", "target", "message"),
     [
@@ -58,7 +78,7 @@ def test_bad_input(name: str, x, target, message: str) -> None:
         _methods()[name].explain(x, target)
 
 
-@pytest.mark.parametrize("name", ["adv_attack", "cem", "cve"])
+@pytest.mark.parametrize("name", METHODS)
 def test_target_equal_to_query_class(name: str, fours) -> None:
     with pytest.raises(InputError, match="target equals the query class"):
         _methods()[name].explain(fours[:2], 4, source=torch.full((2,), 4))
@@ -75,6 +95,9 @@ def test_target_equal_to_query_class(name: str, fours) -> None:
         (lambda: CEMConfig(search_steps=0), "search_steps must be a positive integer"),
         (lambda: CVEConfig(max_cells=0), "max_cells must be a positive integer"),
         (lambda: CVEConfig(distractor="farthest"), "distractor must be one of"),
+        (lambda: C3LTConfig(fraction=1.5), r"fraction must be a number in \[0, 1\]"),
+        (lambda: C3LTConfig(steps=0), "steps must be a positive integer"),
+        (lambda: ExpGANConfig(mask_threshold=-0.1), r"mask_threshold must be a number in \[0, 1\]"),
     ],
 )
 def test_knobs_out_of_range(build, message: str) -> None:
@@ -134,7 +157,8 @@ def test_cve_swaps_cells_and_ends_at_most_at_the_distractor(fours) -> None:
 
 
 @pytest.mark.parametrize(("notebook", "config"), [("01_adversarial", AttackConfig), ("02_cem", CEMConfig),
-                                                  ("03_cve", CVEConfig)])
+                                                  ("03_cve", CVEConfig), ("04_expgan", ExpGANConfig),
+                                                  ("05_c3lt", C3LTConfig)])
 def test_notebook_defaults_match_the_method_config(notebook: str, config) -> None:
     """A knob's default lives in its config; the notebook's parameters cell must not drift from it."""
     import ast
@@ -146,3 +170,41 @@ def test_notebook_defaults_match_the_method_config(notebook: str, config) -> Non
     for field in dataclasses.fields(config):
         if field.name in spec:
             assert ast.literal_eval(spec[field.name]["default"]) == field.default, (notebook, field.name)
+
+
+@pytest.mark.parametrize("name", sorted(PER_PAIR))
+def test_untrained_pair_names_the_training_command(name: str, fours) -> None:
+    with pytest.raises(CheckpointError, match=rf"{name}_4_7.pt is missing.*cfkit train {name} --pair 4 7"):
+        _methods()[name].explain(fours[:2], 7, source=torch.full((2,), 4))
+
+
+def test_pair_groups_split_a_batch_by_pair() -> None:
+    groups = dict(pair_groups(torch.tensor([4, 3, 4, 5]), torch.tensor([9, 8, 9, 6])))
+    assert {pair: rows.tolist() for pair, rows in groups.items()} == {(3, 8): [1], (4, 9): [0, 2], (5, 6): [3]}
+
+
+def test_c3lt_walks_from_the_reconstruction_to_the_counterfactual(fours) -> None:
+    classifier = load("classifier")
+    full = C3LT(classifier).explain(fours, 9, source=torch.full((12,), 4))
+    start = C3LT(classifier, C3LTConfig(fraction=0.0)).explain(fours, 9, source=torch.full((12,), 4))
+    assert torch.allclose(start.x_cf, full.extras["reconstruction"], atol=1e-5), "fraction 0 is G(E(x))"
+    path = C3LT(classifier).latent_path(fours[:3], (4, 9), points=5)
+    assert path.shape == (5, 3, 1, 28, 28)
+    assert torch.allclose(path[-1], full.x_cf[:3], atol=1e-5) and torch.allclose(path[0], start.x_cf[:3], atol=1e-5)
+    p9 = torch.softmax(classifier(path.flatten(0, 1)), 1)[:, 9].view(5, 3).mean(1)
+    assert p9[-1] > 0.9 > p9[0], "the walk must move the decision from 4 to 9"
+    assert torch.allclose(full.extras["latent"].norm(dim=1), load("encoder")(fours).norm(dim=1), rtol=1e-4), \
+        "the map preserves the latent norm"
+    back = classifier(full.extras["cycled"]).argmax(1)
+    assert (back == 4).float().mean() >= 0.9, "h must map the counterfactual back to a 4 (cycle consistency)"
+
+
+def test_expgan_changes_only_inside_its_mask(fours) -> None:
+    method = ExpGAN(load("classifier"))
+    result = method.explain(fours, 9, source=torch.full((12,), 4))
+    mask = result.extras["mask"]
+    assert torch.allclose(result.x_cf, mask * result.extras["transformed"] + (1 - mask) * fours, atol=1e-6)
+    thresholded = ExpGAN(load("classifier"), ExpGANConfig(mask_threshold=0.5)).explain(fours, 9, source=torch.full((12,), 4))
+    kept = thresholded.extras["mask"]
+    assert ((kept == 0) | (kept >= 0.5)).all() and (kept <= mask).all()
+    assert torch.equal(thresholded.x_cf[kept == 0], fours[kept == 0]), "outside the mask the query is untouched"

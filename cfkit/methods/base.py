@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,6 +82,31 @@ class CounterfactualMethod:
         valid = self.predict(x_cf) == target
         return Result(x=x, x_cf=x_cf, source=source, target=target, valid=valid, seconds=seconds,
                       extras=_merge_extras(extras))
+
+
+class PerPairMethod(CounterfactualMethod):
+    """A method with one trained zoo model per (query, target) pair (C3LT, ExpGAN): ``<family>_<q>_<t>``."""
+
+    family = "pair-family"
+
+    def __init__(self, classifier: nn.Module, config: Any, pair_dir: str | Path | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(classifier, **kwargs)
+        self.config = config
+        self.pair_dir = pair_dir  # folder of the per-pair checkpoints; None: the shipped zoo
+
+    def pair_model(self, pair: tuple[int, int]) -> nn.Module:
+        """The pair's trained model (a clear error naming its training command when there is none)."""
+        from ..zoo.checkpoints import load_pair
+
+        return load_pair(self.family, pair, self.pair_dir, self.device)
+
+
+def pair_groups(source: torch.Tensor, target: torch.Tensor) -> list[tuple[tuple[int, int], torch.Tensor]]:
+    """The distinct (source, target) pairs of a batch and the row indices of each, for per-pair models."""
+    pairs = torch.stack([source, target], 1)
+    return [((q, t), (pairs == pairs.new_tensor([q, t])).all(1).nonzero().flatten())
+            for q, t in pairs.unique(dim=0).tolist()]
 
 
 def _merge_extras(extras: list[dict[str, Any]]) -> dict[str, Any]:

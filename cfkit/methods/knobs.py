@@ -23,3 +23,10 @@ def one_of(name: str, value: object, options: tuple) -> object:
     if value not in options:
         raise InputError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}.")
     return value
+
+
+def unit_interval(name: str, value: object) -> float:
+    """Return ``value`` if it is a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InputError(f"{name} must be a number in [0, 1], got {value!r}.")
+    return float(value)
