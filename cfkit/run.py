@@ -27,7 +27,7 @@ def reproducible(numbers: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in numbers.items() if k.rsplit("/", 1)[-1] not in TIMING}
 
 
-REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "10_metrics")
+REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "10_metrics")
 """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
 
 _TYPES: dict[str, tuple[type, ...]] = {
