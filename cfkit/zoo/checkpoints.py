@@ -23,6 +23,7 @@ from ..data import sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
 from ..data import PAIRS
+from .diffusion import LatentVAE, fit_vae, vae_reconstruction_mse
 from .explaingan import ExplainGAN, expgan_test_validity, fit_expgan
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
 from .latent_maps import C3LTMaps, c3lt_test_validity, fit_c3lt
@@ -120,6 +121,15 @@ def _parse_pair_name(name: str) -> ModelSpec | None:
     return None
 
 
+def diffusion_specs() -> list[ModelSpec]:
+    """LDCE's latent diffusion model; the denoiser trains on the shipped autoencoder's latents."""
+    return [
+        ModelSpec("ldm_vae", LatentVAE, fit_vae, vae_reconstruction_mse, "test_mse", False,
+                  TrainConfig(epochs=4, seed=60, cosine=False), 0.004,
+                  "KL autoencoder 28x28 <-> 4x7x7 latent (summed BCE + 1e-4 KL), latents scaled to unit variance"),
+    ]
+
+
 def _specs() -> dict[str, ModelSpec]:
     specs = [
         _classifier("classifier", Classifier, TrainConfig(epochs=5, seed=0), 0.990,
@@ -137,6 +147,7 @@ def _specs() -> dict[str, ModelSpec]:
         for d in range(10)
     ]
     specs += gan_specs()
+    specs += diffusion_specs()
     specs += [pair_spec(family, pair) for family in PAIR_FAMILIES for pair in PAIRS]
     return {s.name: s for s in specs}
 

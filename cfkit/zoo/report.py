@@ -34,14 +34,18 @@ def agreement_on_test(first: torch.nn.Module, second: torch.nn.Module) -> float:
 
 @torch.inference_mode()
 def generator_report() -> dict[str, float]:
-    """How usable the generator zoo is for counterfactuals: does G(E(x)) keep the digit, do samples cover all ten?"""
+    """How usable the generative zoo is for counterfactuals: do G(E(x)) and the LDCE autoencoder keep the digit,
+    do the DCGAN's samples cover all ten?"""
     gan, encoder, classifier = load("dcgan"), load("encoder"), load("classifier")
     x, y = load_mnist("test")
     recon = torch.cat([gan.generator(encoder(chunk)) for chunk in x.split(1000)])
     sampled = torch.cat([classifier(chunk).argmax(1) for chunk in gan.sample(10_000).split(1000)])
     shares = torch.bincount(sampled, minlength=10).float() / len(sampled)
+    vae = load("ldm_vae")
+    latent_recon = torch.cat([vae(chunk) for chunk in x.split(1000)])
     return {
         "encoder/classifier_accuracy_on_reconstructions": (classifier(recon).argmax(1) == y).float().mean().item(),
+        "ldm_vae/classifier_accuracy_on_reconstructions": (classifier(latent_recon).argmax(1) == y).float().mean().item(),
         "dcgan/smallest_class_share_of_samples": shares.min().item(),
         "dcgan/largest_class_share_of_samples": shares.max().item(),
     }
