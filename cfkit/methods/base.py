@@ -88,11 +88,12 @@ class PerPairMethod(CounterfactualMethod):
     """A method with one trained zoo model per (query, target) pair (C3LT, ExpGAN): ``<family>_<q>_<t>``."""
 
     family = "pair-family"
+    config_type: type = object  # the method's knob dataclass; its defaults apply when no config is given
 
-    def __init__(self, classifier: nn.Module, config: Any, pair_dir: str | Path | None = None,
+    def __init__(self, classifier: nn.Module, config: Any = None, pair_dir: str | Path | None = None,
                  **kwargs: Any) -> None:
         super().__init__(classifier, **kwargs)
-        self.config = config
+        self.config = self.config_type() if config is None else config
         self.pair_dir = pair_dir  # folder of the per-pair checkpoints; None: the shipped zoo
 
     def pair_model(self, pair: tuple[int, int]) -> nn.Module:

@@ -33,8 +33,9 @@ class C3LTConfig:
 
 class C3LT(PerPairMethod):
     name = family = "c3lt"
+    config_type = C3LTConfig
 
-    def __init__(self, classifier: nn.Module, config: C3LTConfig = C3LTConfig(),
+    def __init__(self, classifier: nn.Module, config: C3LTConfig | None = None,
                  pair_dir: str | Path | None = None, **kwargs: Any) -> None:
         super().__init__(classifier, config, pair_dir, **kwargs)
         self.generator = load("dcgan", device=self.device).generator

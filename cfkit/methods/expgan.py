@@ -8,11 +8,9 @@ below it, to show which part of the edit the decision hangs on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from .base import PerPairMethod, pair_groups
 from .knobs import unit_interval
@@ -28,10 +26,7 @@ class ExpGANConfig:
 
 class ExpGAN(PerPairMethod):
     name = family = "expgan"
-
-    def __init__(self, classifier: nn.Module, config: ExpGANConfig = ExpGANConfig(),
-                 pair_dir: str | Path | None = None, **kwargs: Any) -> None:
-        super().__init__(classifier, config, pair_dir, **kwargs)
+    config_type = ExpGANConfig
 
     def _explain_batch(
         self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor

@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..data import sha256_file
+from ..data import PAIRS, sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
-from ..data import PAIRS
+from ..validate import check_pair
 from .diffusion import LatentVAE, fit_vae, vae_reconstruction_mse
 from .explaingan import ExplainGAN, expgan_test_validity, fit_expgan
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
@@ -96,8 +96,6 @@ def pair_name(family: str, pair: tuple[int, int]) -> str:
 
 def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
     """The spec of one pair's C3LT maps or ExplainGAN; any pair of distinct digits can be trained."""
-    from ..validate import check_pair
-
     q, t = check_pair(pair)
     command = f"cfkit train {family} --pair {q} {t}"
     if family == "c3lt":

@@ -16,6 +16,7 @@ Training, per batch of q images x₁ and t images x₂ (weights as in the C3LT c
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,7 +42,8 @@ class LatentStep(nn.Module):
 
 
 class C3LTMaps(nn.Module):
-    """The two maps of one pair: ``forward`` (g, query → target) and ``backward`` (h, target → query).
+    """The two maps of one pair: ``forward_map`` (g, query → target, also ``forward``) and ``backward_map``
+    (h, target → query).
 
     The pair is a buffer, so a checkpoint remembers which pair it was trained on.
     """

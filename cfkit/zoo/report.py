@@ -43,9 +43,13 @@ def generator_report() -> dict[str, float]:
     shares = torch.bincount(sampled, minlength=10).float() / len(sampled)
     vae = load("ldm_vae")
     latent_recon = torch.cat([vae(chunk) for chunk in x.split(1000)])
+
+    def accuracy(images: torch.Tensor) -> float:
+        return (classifier(images).argmax(1) == y).float().mean().item()
+
     return {
-        "encoder/classifier_accuracy_on_reconstructions": (classifier(recon).argmax(1) == y).float().mean().item(),
-        "ldm_vae/classifier_accuracy_on_reconstructions": (classifier(latent_recon).argmax(1) == y).float().mean().item(),
+        "encoder/classifier_accuracy_on_reconstructions": accuracy(recon),
+        "ldm_vae/classifier_accuracy_on_reconstructions": accuracy(latent_recon),
         "dcgan/smallest_class_share_of_samples": shares.min().item(),
         "dcgan/largest_class_share_of_samples": shares.max().item(),
     }
