@@ -14,7 +14,7 @@ class CheckpointError(CfkitError, RuntimeError):
 
 
 class QualityError(CfkitError, RuntimeError):
-    """A freshly trained model missed its quality threshold, so it was not saved."""
+    """A freshly trained model missed its quality threshold, so it was not registered in the zoo."""
 
 
 class InputError(CfkitError, ValueError):

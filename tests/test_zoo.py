@@ -90,7 +90,7 @@ def test_unknown_model_name() -> None:
 
 
 @pytest.mark.parametrize("name", ["classifier", "oracle", "features", "ae_all", "ae_7", "dcgan", "encoder", "ldm_vae",
-                                  "c3lt_4_9", "expgan_4_9", "c3lt_7_1"])
+                                  "ldm_unet", "c3lt_4_9", "expgan_4_9", "c3lt_7_1"])
 def test_training_code_runs_and_writes_a_loadable_checkpoint(name: str, tmp_path) -> None:
     entry = train(name, directory=tmp_path, max_steps=3, check_quality=False, progress=False)
     assert entry["steps"] == 3 and (tmp_path / f"{name}.pt").is_file()
@@ -99,9 +99,10 @@ def test_training_code_runs_and_writes_a_loadable_checkpoint(name: str, tmp_path
 
 
 def test_training_refuses_to_ship_a_model_below_threshold(tmp_path) -> None:
-    with pytest.raises(QualityError, match="not saved"):
+    with pytest.raises(QualityError, match="not registered.*classifier.rejected.pt"):
         train("classifier", directory=tmp_path, max_steps=2, progress=False)
-    assert not (tmp_path / "classifier.pt").exists()
+    assert not (tmp_path / "classifier.pt").exists() and "classifier" not in read_manifest(tmp_path)
+    assert (tmp_path / "classifier.rejected.pt").is_file(), "a long run's weights are kept for inspection"
 
 
 def test_training_is_seeded(tmp_path) -> None:

@@ -110,10 +110,12 @@ def fit_loop(
     progress: bool,
     desc: str,
     paired: bool = False,
+    after_step: Callable[[], None] | None = None,
 ) -> int:
     """Adam on ``loss_fn(model, a, b)`` over the seeded batches, scheduled by :func:`lr_schedule`; return steps.
 
-    ``(a, b)`` are (images, labels), or with ``paired`` a batch of each class of ``config.digits``.
+    ``(a, b)`` are (images, labels), or with ``paired`` a batch of each class of ``config.digits``;
+    ``after_step`` runs after every optimiser step (an EMA update, say).
     """
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     if paired:
@@ -131,6 +133,8 @@ def fit_loop(
         optimiser.step()
         if schedule is not None:
             schedule.step()
+        if after_step is not None:
+            after_step()
         step += 1
     model.eval()
     return step
