@@ -25,6 +25,7 @@ from cfkit.methods.c3lt import C3LT
 from cfkit.methods.cem import CEM
 from cfkit.methods.cve import CVE
 from cfkit.methods.expgan import ExpGAN
+from cfkit.methods.ldce import LDCE
 from cfkit.paths import atomic_write_text
 from cfkit.table import markdown
 from cfkit.zoo.checkpoints import load
@@ -42,7 +43,7 @@ def main() -> None:
     source = torch.full((len(x),), query)
     classifier = load("classifier")
     methods = [AdversarialAttack(classifier), CEM(classifier, load("ae_all")), CVE(classifier), ExpGAN(classifier),
-               C3LT(classifier)]
+               C3LT(classifier), LDCE(classifier)]
     rows = []
     for method in methods:
         method.explain(x[:2], target, source=source[:2])  # warm-up: checkpoint loading, first-call overheads

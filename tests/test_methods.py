@@ -12,6 +12,7 @@ from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cem import CEM, CEMConfig, target_margin
 from cfkit.methods.cve import CVE, CVEConfig, paste_tiles
 from cfkit.methods.expgan import ExpGAN, ExpGANConfig
+from cfkit.methods.ldce import LDCE, LDCEConfig
 from cfkit.zoo.checkpoints import load
 
 QUICK_CEM = CEMConfig(iterations=15, search_steps=2)
@@ -25,10 +26,11 @@ def _methods() -> dict[str, CounterfactualMethod]:
         "cve": CVE(classifier, device="cpu"),
         "c3lt": C3LT(classifier, device="cpu"),
         "expgan": ExpGAN(classifier, device="cpu"),
+        "ldce": LDCE(classifier, LDCEConfig(steps=20), device="cpu"),
     }
 
 
-METHODS = ["adv_attack", "cem", "cve", "c3lt", "expgan"]
+METHODS = ["adv_attack", "cem", "cve", "c3lt", "expgan", "ldce"]
 PER_PAIR = {"c3lt", "expgan"}
 """Methods with one trained model per (query, target) pair: only trained pairs can be asked for."""
 
@@ -158,7 +160,8 @@ def test_cve_swaps_cells_and_ends_at_most_at_the_distractor(fours) -> None:
 
 @pytest.mark.parametrize(("notebook", "config"), [("01_adversarial", AttackConfig), ("02_cem", CEMConfig),
                                                   ("03_cve", CVEConfig), ("04_expgan", ExpGANConfig),
-                                                  ("05_c3lt", C3LTConfig)])
+                                                  ("05_c3lt", C3LTConfig), ("06_ldce", LDCEConfig),
+                                                  ("11_ldce_error_analysis", LDCEConfig)])
 def test_notebook_defaults_match_the_method_config(notebook: str, config) -> None:
     """A knob's default lives in its config; the notebook's parameters cell must not drift from it."""
     import ast

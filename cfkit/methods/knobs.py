@@ -30,3 +30,12 @@ def unit_interval(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
         raise InputError(f"{name} must be a number in [0, 1], got {value!r}.")
     return float(value)
+
+
+def in_range(name: str, value: object, low: float, high: float, include_low: bool = True, unit: str = "") -> float:
+    """Return ``value`` if it is a number in [low, high] (or (low, high] without ``include_low``)."""
+    above = value >= low if include_low else value > low
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (above and value <= high):
+        bracket = "[" if include_low else "("
+        raise InputError(f"{name} must be a number in {bracket}{low:g}{unit}, {high:g}{unit}], got {value!r}.")
+    return float(value)
