@@ -21,3 +21,9 @@ def counterfactual_attribution(
     ig = IntegratedGradients(classifier)
     with torch.enable_grad():
         return ig.attribute(x_cf, baselines=x, target=target, n_steps=steps, internal_batch_size=1024).detach()
+
+
+def input_attribution(classifier: nn.Module, x: torch.Tensor, target: torch.Tensor | int, steps: int = 32
+                      ) -> torch.Tensor:
+    """Integrated Gradients from a black image to ``x``: which ink makes the classifier say ``target``."""
+    return counterfactual_attribution(classifier, torch.zeros_like(check_images(x, "x")), x, target, steps)

@@ -5,14 +5,14 @@ table rows: one per method and pair, plus a ``mean`` row per method over the pai
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 
 from .data import PAIRS, load_mnist, pair_name
 from .errors import InputError
-from .methods.base import CounterfactualMethod
+from .methods.base import CounterfactualMethod, Result
 from .methods.original import OriginalData
 from .metrics import MetricModels, evaluate_pair, mean_row
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
@@ -39,6 +39,16 @@ def protocol_queries(pair: tuple[int, int], n_queries: int = 0) -> tuple[torch.T
     return x[:count], torch.arange(count)
 
 
+def validation_queries(pair: tuple[int, int], n_queries: int = 200) -> torch.Tensor:
+    """The last ``n_queries`` MNIST *training* images of the query class: where knobs are tuned, so the
+    protocol's test queries stay untouched (the classifier saw these digits in training; its call on them
+    is as sure as on the test set, 99 %+)."""
+    query_class, _ = check_pair(pair)
+    if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
+        raise InputError(f"n_queries must be an int >= 1, got {n_queries!r}.")
+    return load_mnist("train", digits=(query_class,))[0][-n_queries:]
+
+
 def reference_images(target: int) -> torch.Tensor:
     """FID/KID reference: every MNIST test image of the target class."""
     return load_mnist("test", digits=(target,))[0]
@@ -46,15 +56,44 @@ def reference_images(target: int) -> torch.Tensor:
 
 def run_method(
     method: CounterfactualMethod, out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0,
-    timed: bool = True,
+    timed: bool = True, results: list[Result] | None = None,
 ) -> list[Path]:
-    """Explain the protocol queries of each pair with ``method``; save one counterfactual set per pair."""
+    """Explain the protocol queries of each pair with ``method``; save one counterfactual set per pair.
+
+    ``results``, when given, receives each pair's :class:`Result` (for method extras the sets do not keep).
+    """
     paths = []
     for pair in parse_pairs(pairs):
         x, query = protocol_queries(pair, n_queries)
         result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
         paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, timed=timed))
+        if results is not None:
+            results.append(result)
     return paths
+
+
+def compare_settings(
+    methods: dict[str, CounterfactualMethod], pairs: str | Iterable = PAIRS, n_queries: int = 100,
+    models: MetricModels | None = None, seed: int = 0,
+    summary: Callable[[Result], dict[str, float]] | None = None,
+) -> list[dict]:
+    """An ablation on :func:`validation_queries` (never the test queries): every metric of each named
+    setting on each pair, plus the mean over pairs; ``summary(result)`` adds method-specific columns."""
+    models = models or MetricModels.from_zoo()
+    rows = []
+    for setting, method in methods.items():
+        pair_rows = []
+        for pair in parse_pairs(pairs):
+            x = validation_queries(pair, n_queries)
+            result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+            row = evaluate_pair(x, result.x_cf, pair[0], pair[1], reference_images(pair[1]), models,
+                                seconds=result.seconds, seed=seed)
+            pair_rows.append({"setting": setting, "pair": pair_name(pair), **row, **(summary(result) if summary else {})})
+        mean = mean_row(pair_rows)
+        extra = {k: sum(r[k] for r in pair_rows) / len(pair_rows) for k in pair_rows[0] if k not in mean and
+                 k not in ("setting", "pair")}
+        rows += pair_rows + [{"setting": setting, "pair": "mean", **mean, **extra}]
+    return rows
 
 
 def make_original_data(

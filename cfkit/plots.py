@@ -120,3 +120,39 @@ def latent_walk(x: torch.Tensor, path: torch.Tensor, fractions: Sequence[float])
     """C3LT: one row per query, then the images along its latent path (``path``: (points, N, 1, 28, 28))."""
     rows = {f"query {i}": torch.cat([x[i : i + 1], path[:, i]]) for i in range(len(x))}
     return image_rows(rows, titles=["query"] + [f"step {f:.2f}" for f in fractions])
+
+
+def denoising_trajectory(x: torch.Tensor, trajectory: torch.Tensor, p_target: torch.Tensor,
+                         mask_kept: torch.Tensor, timesteps: Sequence[int], columns: int = 8) -> Figure:
+    """LDCE: per query, the decoded x̂₀ at ``columns`` of its DDIM steps, then p(target) and the share of
+    latent positions the consensus mask kept, step by step (``trajectory``: (N, steps, 1, 28, 28))."""
+    steps = trajectory.shape[1]
+    picked = torch.linspace(0, steps - 1, min(columns, steps)).round().long().tolist()
+    rows = {f"query {i}": torch.cat([x[i : i + 1], trajectory[i, picked]]) for i in range(len(x))}
+    figure = image_rows(rows, titles=["query"] + [f"t={timesteps[s]}" for s in picked])
+    curves, axes = plt.subplots(1, 2, figsize=(8, 2.4))
+    for i in range(len(x)):
+        axes[0].plot(timesteps, p_target[i].numpy(), marker=".", label=f"query {i}")
+        axes[1].plot(timesteps, mask_kept[i].numpy(), marker=".")
+    for ax, label in zip(axes, ("p(target | x̂₀)", "share of positions kept")):
+        ax.set_xlabel("timestep t (denoising runs right to left)")
+        ax.set_ylabel(label, fontsize=8)
+        ax.invert_xaxis()
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=6)
+    curves.tight_layout()
+    return figure
+
+
+def distributions(values: dict[str, torch.Tensor], xlabel: str, bins: int = 30) -> Figure:
+    """Overlaid histograms (as densities) of one quantity for a few groups, e.g. edit sizes."""
+    figure, ax = plt.subplots(figsize=(5, 2.6))
+    everything = torch.cat([v.flatten() for v in values.values()])
+    edges = torch.linspace(everything.min().item(), everything.max().item(), bins + 1).numpy()
+    for label, v in values.items():
+        ax.hist(v.flatten().numpy(), bins=edges, density=True, alpha=0.5, label=f"{label} (n={v.numel()})")
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("density", fontsize=8)
+    ax.legend(fontsize=7)
+    figure.tight_layout()
+    return figure

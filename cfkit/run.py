@@ -27,7 +27,8 @@ def reproducible(numbers: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in numbers.items() if k.rsplit("/", 1)[-1] not in TIMING}
 
 
-REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "10_metrics")
+REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce", "10_metrics",
+                   "11_ldce_error_analysis")
 """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -142,13 +143,16 @@ def read_record(out_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def flatten_rows(rows: list[dict]) -> dict[str, float]:
-    """{'original_data/4->9/im1': 0.9, …}: table rows as flat keys, for comparing with expected values."""
+def flatten_rows(rows: list[dict], key: str = "method", prefix: str = "") -> dict[str, float]:
+    """{'original_data/4->9/im1': 0.9, …}: table rows as flat keys, for comparing with expected values.
+
+    ``key`` names the row (``method``, or ``setting`` for an ablation); ``prefix`` goes in front of every key.
+    """
     flat = {}
     for row in rows:
         for column, value in row.items():
-            if column not in ("method", "pair") and value is not None:
-                flat[f"{row['method']}/{row['pair']}/{column}"] = value
+            if column not in (key, "pair") and value is not None:
+                flat[f"{prefix}{row[key]}/{row['pair']}/{column}"] = value
     return flat
 
 

@@ -60,20 +60,28 @@ def _draw_one(method, x: torch.Tensor, source: int, target: int, note: str):
 
 
 def method_explorer(
-    make_method: Callable[[float], object], queries: torch.Tensor, source: int, knob: widgets.FloatSlider,
-    target: int = 9,
+    make_method: Callable[..., object], queries: torch.Tensor, source: int,
+    knob: widgets.ValueWidget | dict[str, widgets.ValueWidget], target: int = 9,
 ) -> widgets.VBox:
-    """Query index, target class (any digit) and the method's main knob; redraws query, counterfactual,
-    difference and the classifier's probabilities for both. ``make_method(knob)`` builds the method."""
+    """Query index, target class (any digit) and the method's knobs; redraws query, counterfactual,
+    difference and the classifier's probabilities for both.
 
-    def draw(index: int, target: int, knob: float):
+    ``knob`` is one slider (``make_method(value)`` builds the method) or a dict of named sliders
+    (``make_method(**values)``), e.g. LDCE's guidance scale, strength and consensus angle.
+    """
+    knobs = knob if isinstance(knob, dict) else {"knob": knob}
+
+    def draw(index: int, target: int, **values: float):
         if target == source:
             print(f"the target must differ from the query class {source}: pick another digit")
             return None
-        return _draw_one(make_method(knob), queries[index : index + 1], source, target, f"{knob_name}={knob:g}")
+        method = make_method(**values) if isinstance(knob, dict) else make_method(values["knob"])
+        note = ", ".join(f"{knobs[k].description}={v:g}" for k, v in values.items())
+        return _draw_one(method, queries[index : index + 1], source, target, note)
 
-    knob_name = knob.description
-    return explorer(draw, index=index_slider(len(queries)), target=class_slider("target", target), knob=knob)
+    if {"index", "target"} & set(knobs):
+        raise ValueError("knob names 'index' and 'target' are taken by the query and target sliders.")
+    return explorer(draw, index=index_slider(len(queries)), target=class_slider("target", target), **knobs)
 
 
 def pair_explorer(
@@ -93,3 +101,18 @@ def pair_explorer(
     knob_name = knob.description
     selector = widgets.Dropdown(options=[(f"{q}->{t}", (q, t)) for q, t in pairs], value=pairs[0], description="pair")
     return explorer(draw, pair=selector, index=index_slider(n_queries), knob=knob)
+
+
+def case_explorer(
+    make_method: Callable[..., object], x: torch.Tensor, source: torch.Tensor, target: torch.Tensor,
+    knobs: dict[str, widgets.ValueWidget], labels: list[str] | None = None,
+) -> widgets.VBox:
+    """Cases that each carry their own (source, target), e.g. misclassified digits toward their true label:
+    a case slider and the method's knobs (``make_method(**values)``); redraws like :func:`method_explorer`."""
+
+    def draw(index: int, **values: float):
+        note = (labels[index] + ", " if labels else "") + ", ".join(
+            f"{knobs[k].description}={v:g}" for k, v in values.items())
+        return _draw_one(make_method(**values), x[index : index + 1], int(source[index]), int(target[index]), note)
+
+    return explorer(draw, index=index_slider(len(x), "case"), **knobs)

@@ -44,7 +44,7 @@ def test_metrics_notebook_reproduces(tmp_path) -> None:
     assert (out / "10_metrics.ipynb").is_file() and len(list(out.glob("cfs_*.pt"))) == 3
 
 
-@pytest.mark.parametrize("name", ["01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt"])
+@pytest.mark.parametrize("name", ["01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce"])
 def test_method_notebook_reproduces(name: str, tmp_path) -> None:
     expected = _expected(name)
     out = tmp_path / name
@@ -55,6 +55,16 @@ def test_method_notebook_reproduces(name: str, tmp_path) -> None:
     assert sorted(p.name for p in out.glob("cfs_*.pt")) == sorted(
         f"cfs_{method}_{q}to{t}.pt" for q, t in ((4, 9), (3, 8), (5, 6)))
     _compare(record["numbers"], expected)
+
+
+def test_ldce_error_analysis_notebook_reproduces(tmp_path) -> None:
+    expected = _expected("11_ldce_error_analysis")
+    out = tmp_path / "11_ldce_error_analysis"
+    run_notebook("11_ldce_error_analysis", expected["parameters"], out_dir=out)
+    numbers = read_record(out)["numbers"]
+    assert numbers["errors/n"] == expected["parameters"]["max_errors"]
+    assert numbers["controls/n"] == expected["parameters"]["max_errors"] * expected["parameters"]["per_error"]
+    _compare(numbers, expected)
 
 
 @pytest.mark.slow

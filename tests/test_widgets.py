@@ -47,3 +47,25 @@ def test_pair_explorer_switches_pairs_and_redraws_through_the_method() -> None:
     knob.value = 0.5
     pair.value = (3, 8)
     assert calls == [1.0, 0.5, 0.5]
+
+
+def test_method_explorer_takes_several_named_knobs_and_case_explorer_its_own_pairs() -> None:
+    calls = []
+
+    def make(cells, grid):
+        calls.append((cells, grid))
+        return CVE(load("classifier"), CVEConfig(max_cells=cells))
+
+    queries = load_mnist("test", digits=(4,))[0][:3]
+    knobs = {"cells": widgets.knob_slider("max cells", 4, 1, 16, 1), "grid": widgets.knob_slider("grid", 7, 1, 7, 1)}
+    box = widgets.method_explorer(make, queries, 4, knobs)
+    assert [c.description for c in box.children[0].children] == ["query", "target", "max cells", "grid"]
+    knobs["grid"].value = 2
+    assert calls == [(4, 7), (4, 2)]
+
+    x, labels = load_mnist("test")[0][:2], load_mnist("test")[1][:2]
+    cases = widgets.case_explorer(make, x, labels, (labels + 1) % 10, knobs, labels=["first", "second"])
+    case_slider = cases.children[0].children[0]
+    assert case_slider.description == "case" and case_slider.max == 1
+    case_slider.value = 1
+    assert calls[-1] == (4, 2) and len(calls) == 4

@@ -55,12 +55,11 @@ def generator_report() -> dict[str, float]:
     }
 
 
-def pair_models_table(family: str, pairs: list[tuple[int, int]], directory: str | None = None) -> list[dict]:
-    """What the manifest records for each pair's model: quality figure, epochs, steps, seconds, seed."""
+def models_table(models: list[str], directory: str | None = None) -> list[dict]:
+    """What the manifest records for each model: quality figure, epochs, steps, seconds, seed."""
     manifest = read_manifest(directory)
     rows = []
-    for pair in pairs:
-        name = pair_name(family, pair)
+    for name in models:
         entry = manifest.get(name)
         if entry is None:
             rows.append({"model": name, "note": f"not trained: `{get_spec(name).command}`"})
@@ -68,3 +67,31 @@ def pair_models_table(family: str, pairs: list[tuple[int, int]], directory: str 
         rows.append({"model": name, **entry["quality"], "epochs": entry["epochs"], "steps": entry["steps"],
                      "seconds": entry["seconds"], "seed": entry["seed"]})
     return rows
+
+
+def pair_models_table(family: str, pairs: list[tuple[int, int]], directory: str | None = None) -> list[dict]:
+    """:func:`models_table` of one family's per-pair models."""
+    return models_table([pair_name(family, pair) for pair in pairs], directory)
+
+
+@torch.inference_mode()
+def diffusion_samples(unet: torch.nn.Module | None = None, per_class: int = 100, steps: int = 20,
+                      guidance: float = 3.0, seed: int = 0) -> tuple[list[dict], torch.Tensor]:
+    """Class-conditional samples of the latent diffusion model, judged per class: the classifier's accuracy
+    and FID (kit feature space) against that class's test digits. Returns the rows and the images
+    (10, per_class, 1, 28, 28). FID at small n is biased upward: compare only at equal ``per_class``.
+    ``unet`` defaults to the shipped ``ldm_unet``."""
+    from .diffusion import sample_latents
+    from .feature_space import FeatureExtractor, fid
+
+    unet, vae = unet or load("ldm_unet"), load("ldm_vae")
+    classifier, features = load("classifier"), FeatureExtractor(load("features"))
+    labels = torch.arange(10).repeat_interleave(per_class)
+    images = vae.decode(sample_latents(unet, labels, steps, guidance, torch.Generator().manual_seed(seed)))
+    read = torch.cat([classifier(chunk).argmax(1) for chunk in images.split(1000)])
+    rows = []
+    for digit in range(10):
+        mine = labels == digit
+        rows.append({"class": digit, "n": per_class, "accuracy": (read[mine] == digit).float().mean().item(),
+                     "fid": fid(features, images[mine], load_mnist("test", digits=(digit,))[0])})
+    return rows, images.view(10, per_class, 1, 28, 28)
