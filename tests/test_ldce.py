@@ -45,6 +45,7 @@ def test_denoiser_samples_the_class_asked_for_and_the_null_class_differs() -> No
 @pytest.mark.parametrize("field, value, message", [
     ("strength", 0.0, r"strength must be a number in \(0, 1\]"),
     ("strength", 1.5, r"strength must be a number in \(0, 1\]"),
+    ("strength", "0.5", r"strength must be a number in \(0, 1\]"),
     ("steps", 0, "steps must be a positive integer"),
     ("steps", 2.5, "steps must be a positive integer"),
     ("consensus_angle", -1.0, r"consensus_angle must be a number in \[0°, 180°\]"),

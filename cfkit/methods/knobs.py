@@ -34,8 +34,8 @@ def unit_interval(name: str, value: object) -> float:
 
 def in_range(name: str, value: object, low: float, high: float, include_low: bool = True, unit: str = "") -> float:
     """Return ``value`` if it is a number in [low, high] (or (low, high] without ``include_low``)."""
-    above = value >= low if include_low else value > low
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (above and value <= high):
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not ((value >= low if include_low else value > low) and value <= high):
         bracket = "[" if include_low else "("
         raise InputError(f"{name} must be a number in {bracket}{low:g}{unit}, {high:g}{unit}], got {value!r}.")
     return float(value)
