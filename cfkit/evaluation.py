@@ -5,16 +5,20 @@ table rows: one per method and pair, plus a ``mean`` row per method over the pai
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from .data import PAIRS, load_mnist, pair_name
+from .data import PAIRS, load_mnist, pair_name, sha256_file
 from .errors import InputError
 from .methods.base import CounterfactualMethod, Result
 from .methods.original import OriginalData
 from .metrics import MetricModels, evaluate_pair, mean_row
+from .paths import atomic_write_json
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from .validate import check_pair
 
@@ -107,21 +111,79 @@ def make_original_data(
     return run_method(method, out_dir, pairs, n_queries, timed=False)
 
 
-def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0) -> list[dict]:
-    """Score each saved set; add a mean row per method. Rows carry ``method`` and ``pair``."""
+SCORE_SUFFIX = ".scores.json"
+"""Beside each set, its scored row and what it was computed from: a set is scored once per content."""
+
+
+@lru_cache(maxsize=1)
+def _metric_code_digest() -> str:
+    """Hash of the code that computes the metrics, so a changed metric never reuses an old score."""
+    from . import metrics
+    from .zoo import feature_space
+
+    digest = hashlib.sha256()
+    for module in (metrics, feature_space):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool = True) -> dict:
+    """One saved set's table row. ``reuse``: take the row stored beside the set when the set's bytes, the
+    metric checkpoints, the seed and the metric code are all unchanged (otherwise compute and store it)."""
+    path = Path(path)
+    cfs = load_counterfactuals(path)
+    key = None
+    if reuse and models.fingerprint:
+        key = {"set": sha256_file(path), "models": models.fingerprint, "seed": seed, "code": _metric_code_digest()}
+        stored = path.with_suffix(SCORE_SUFFIX)
+        if stored.is_file():
+            try:
+                saved = json.loads(stored.read_text())
+            except ValueError:
+                saved = {}
+            if saved.get("key") == key:
+                return saved["row"]
+    row = {"method": cfs.method, "pair": pair_name(cfs.pair),
+           **evaluate_pair(cfs.x, cfs.x_cf, cfs.pair[0], cfs.pair[1], reference_images(cfs.pair[1]), models,
+                           seconds=cfs.seconds, seed=seed)}
+    if key is not None:
+        atomic_write_json(path.with_suffix(SCORE_SUFFIX), {"key": key, "row": row})
+    return row
+
+
+def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0,
+                  reuse: bool = True) -> list[dict]:
+    """Score each saved set (see :func:`score_set` for ``reuse``); add a mean row per method.
+    Rows carry ``method`` and ``pair``."""
     models = models or MetricModels.from_zoo()
     by_method: dict[str, list[dict]] = {}
     for path in paths:
-        cfs = load_counterfactuals(path)
-        row = evaluate_pair(cfs.x, cfs.x_cf, cfs.pair[0], cfs.pair[1], reference_images(cfs.pair[1]), models,
-                            seconds=cfs.seconds, seed=seed)
-        by_method.setdefault(cfs.method, []).append({"method": cfs.method, "pair": pair_name(cfs.pair), **row})
+        row = score_set(path, models, seed=seed, reuse=reuse)
+        by_method.setdefault(row["method"], []).append(row)
     rows = []
     for method, pair_rows in by_method.items():
         rows += pair_rows + [{"method": method, "pair": "mean", **mean_row(pair_rows)}]
     return rows
 
 
-def evaluate_runs(runs_dir: str | Path, models: MetricModels | None = None, seed: int = 0) -> list[dict]:
+def evaluate_runs(runs_dir: str | Path, models: MetricModels | None = None, seed: int = 0,
+                  reuse: bool = True) -> list[dict]:
     """:func:`evaluate_sets` over every set found under ``runs_dir``."""
-    return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed)
+    return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed, reuse=reuse)
+
+
+def gallery(runs_dir: str | Path, per_pair: int = 2) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
+    """The first ``per_pair`` queries of every pair and each method's counterfactuals of them, from the saved
+    sets (every set starts with the same protocol queries): (queries, {method: counterfactuals}, titles)."""
+    sets = [load_counterfactuals(p) for p in find_counterfactuals(runs_dir)]
+    pairs = list(dict.fromkeys(s.pair for s in sets))
+    complete = [m for m in dict.fromkeys(s.method for s in sets)
+                if all(any(s.method == m and s.pair == p and len(s.x) >= per_pair for s in sets) for p in pairs)]
+    if not complete:
+        raise InputError(f"no method has a counterfactual set for every pair under {runs_dir}; run the notebooks first.")
+    pick = {(s.method, s.pair): s for s in sets}
+    first = complete[0]
+    queries = torch.cat([pick[(first, p)].x[:per_pair] for p in pairs])
+    rows = {m: torch.cat([pick[(m, p)].x_cf[:per_pair] for p in pairs]) for m in complete}
+    titles = [f"{q}→{t}" for q, t in pairs for _ in range(per_pair)]
+    return queries, rows, titles

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -80,20 +81,69 @@ def explain_one(
     return fig
 
 
-def metric_bars(rows: list[dict], column: str, paper: dict[str, float] | None = None, ax: Axes | None = None) -> Axes:
-    """Bars of one metric per method and pair; the paper's value drawn as a marker on the mean where given."""
-    ax = ax or plt.subplots(figsize=(6, 2.8))[1]
-    labels = [f"{r['method']}\n{r['pair']}" for r in rows]
-    values = [r[column] if r[column] is not None else float("nan") for r in rows]
-    ax.bar(range(len(rows)), values, color=["tab:blue" if r["pair"] == "mean" else "tab:cyan" for r in rows])
-    if paper:
-        for i, r in enumerate(rows):
-            if r["pair"] == "mean" and r["method"] in paper:
-                ax.plot(i, paper[r["method"]], "k*", markersize=10, label="paper")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_title(column)
-    return ax
+TABLE_PANELS = {
+    "im1": "IM1 ↓", "im2": "IM2 ↓", "fid": "FID ↓ (kit features)", "kid": "KID ↓ (kit features)",
+    "validity": "validity ↑", "oracle_agreement": "oracle agreement ↑", "proximity": "proximity ↓ (mean |x′−x|)",
+    "sparsity": "sparsity ↓ (share > 0.1)", "cout": "COUT ↑", "seconds_per_cf": "seconds per CF (log)",
+}
+_PAIR_MARKERS = ("o", "s", "^", "D", "v")
+
+
+def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, float] | None = None) -> Figure:
+    """The results table as one panel per metric: a bar per method (its mean over pairs), a marker per pair,
+    the paper's IM1 as a star; a method of ``labels`` without rows is written in as missing."""
+    means = {r["method"]: r for r in rows if r["pair"] == "mean"}
+    pairs = list(dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"))
+    methods = list(labels)
+    fig, axes = plt.subplots(2, 5, figsize=(17, 6.8))
+    for ax, (column, title) in zip(axes.flat, TABLE_PANELS.items()):
+        for i, method in enumerate(methods):
+            mean = means.get(method, {}).get(column)
+            if method not in means:
+                ax.text(i, 0.5, "missing", transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+                        va="center", fontsize=8, color="tab:gray")
+                continue
+            if mean is not None:
+                ax.bar(i, mean, color="tab:blue" if method != "original_data" else "tab:green", alpha=0.75)
+            for k, pair in enumerate(pairs):
+                value = next((r.get(column) for r in rows if r["method"] == method and r["pair"] == pair), None)
+                if value is not None:
+                    ax.plot(i, value, _PAIR_MARKERS[k % len(_PAIR_MARKERS)], color="black", markersize=3.5,
+                            label=pair if i == 0 or method == next(iter(means)) else None)
+            if column == "im1" and paper_im1 and method in paper_im1:
+                ax.plot(i, paper_im1[method], "*", color="tab:red", markersize=11,
+                        label="paper (mean)" if method == next(m for m in methods if m in paper_im1) else None)
+        if column == "seconds_per_cf":
+            ax.set_yscale("log")
+        ax.set_xticks(range(len(methods)))
+        ax.set_xticklabels([labels[m] for m in methods], rotation=45, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="y", labelsize=8)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    unique = dict(zip(names, handles))
+    fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncol=len(unique))
+    fig.suptitle("bars: mean over pairs; markers: each pair. FID/KID in the kit's MNIST feature space, not Inception",
+                 fontsize=10, x=0.4)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
+def method_gallery(query: torch.Tensor, counterfactuals: dict[str, torch.Tensor],
+                   titles: Sequence[str] | None = None, title: str | None = None) -> Figure:
+    """The same queries explained by every method: a row of queries, then one row of counterfactuals per method."""
+    return image_rows({"query": query, **counterfactuals}, titles=titles, title=title, size=1.0)
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
+    """Save ``fig`` as PNG atomically (so a crash never leaves a half-written picture) and close it."""
+    import io
+
+    from .paths import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())
 
 
 def swapped_cells(x: torch.Tensor, distractor: torch.Tensor, x_cf: torch.Tensor, swaps: torch.Tensor,

@@ -14,6 +14,15 @@ PAPER_IM1 = {"cem": 1.68, "cve": 1.44, "adv_attack": 1.02, "expgan": 0.72, "c3lt
 """IM1 on MNIST from Khorram & Fuxin (CVPR 2022), Table 1; LDCE was not run there."""
 LABELS = {"original_data": "Original Data", "adv_attack": "Adv. Attack", "cem": "CEM", "cve": "CVE",
           "expgan": "ExpGAN", "c3lt": "C3LT", "ldce": "LDCE"}
+NOTEBOOKS = {"original_data": "10_metrics", "adv_attack": "01_adversarial", "cem": "02_cem", "cve": "03_cve",
+             "expgan": "04_expgan", "c3lt": "05_c3lt", "ldce": "06_ldce"}
+"""The notebook that makes each method's counterfactual sets: what to run when a row is missing."""
+
+
+def missing_methods(rows: list[dict]) -> list[str]:
+    """The table's methods without any row (their notebook has not run), in table order."""
+    present = {row["method"] for row in rows}
+    return [method for method in LABELS if method not in present]
 
 
 def _cell(value: object, digits: int = 4) -> str:
@@ -47,6 +56,9 @@ def to_markdown(rows: list[dict]) -> str:
             else:
                 cells.append(_cell(row.get(column), 3 if column != "kid" else 4))
         lines.append("| " + " | ".join(cells) + " |")
+    for method in missing_methods(rows):
+        note = f"missing: run `cfkit run {NOTEBOOKS[method]}`, then `cfkit run 10_metrics`"
+        lines.append("| " + " | ".join([LABELS[method], "", "", note] + [""] * (len(columns) - 4)) + " |")
     notes = (
         "\nIM1, IM2 (lower is better), FID and KID use the kit's own MNIST networks: FID/KID are in the "
         "feature space of `features`, not Inception, so they compare only within this table. "
@@ -66,11 +78,14 @@ def read_csv(path: str | Path) -> list[dict]:
     return rows
 
 
-def write_table(rows: list[dict], results_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Write both files atomically; return their paths."""
+def write_table(rows: list[dict], results_dir: str | Path | None = None) -> tuple[Path, Path, Path]:
+    """Write ``table.csv``, ``table.md`` and the figure ``table.png`` atomically; return their paths."""
+    from .plots import save_figure, table_figure
+
     results_dir = Path(results_dir or RESULTS_DIR)
     return (atomic_write_text(results_dir / "table.csv", to_csv(rows)),
-            atomic_write_text(results_dir / "table.md", to_markdown(rows)))
+            atomic_write_text(results_dir / "table.md", to_markdown(rows)),
+            save_figure(table_figure(rows, LABELS, PAPER_IM1), results_dir / "table.png"))
 
 
 def markdown(rows: list[dict], columns: list[str] | None = None) -> str:

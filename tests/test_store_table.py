@@ -49,10 +49,45 @@ def test_table_files(tmp_path) -> None:
          "seconds_per_cf": None},
     ]
     rows.append({**rows[0], "pair": "mean"})
-    csv_path, md_path = write_table(rows, tmp_path)
+    csv_path, md_path, png_path = write_table(rows, tmp_path)
     assert csv_path.read_text().splitlines()[0] == DESIGN_HEADER == ",".join(HEADER)
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 20_000
     back = read_csv(csv_path)
     assert back[0]["im1"] == pytest.approx(0.9) and back[0]["seconds_per_cf"] is None and back[1]["n"] == 10
     md = md_path.read_text()
     assert "Original Data" in md and "| 0.47 |" in md and "not Inception" in md
-    assert to_markdown(rows).count("\n|") == 3
+    # the methods without rows are listed as missing, with the notebook that makes them; the CSV holds only rows
+    assert md.count("\n|") == 3 + 6 and "| LDCE |  |  | missing: run `cfkit run 06_ldce`" in md
+    assert "| CEM |  |  | missing: run `cfkit run 02_cem`" in md and len(back) == 2
+
+
+def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
+    """The metrics notebook re-reads the method notebooks' sets: their stored rows are reused only while
+    the set's bytes, the metric checkpoints and the seed are unchanged."""
+    from cfkit import evaluation
+    from cfkit.metrics import MetricModels
+
+    x, _ = evaluation.protocol_queries((4, 9), 6)
+    nines = evaluation.reference_images(9)[:6]
+    result = Result(x=x, x_cf=nines, source=torch.full((6,), 4), target=torch.full((6,), 9),
+                    valid=torch.ones(6, dtype=torch.bool), seconds=1.0)
+    path = save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), result)
+    models = MetricModels.from_zoo()
+    calls = []
+    real = evaluation.evaluate_pair
+    monkeypatch.setattr(evaluation, "evaluate_pair", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    first = evaluation.score_set(path, models)
+    assert evaluation.score_set(path, models) == first and len(calls) == 1
+    assert path.with_suffix(".scores.json").is_file() and not list(tmp_path.glob("*.tmp"))
+    evaluation.score_set(path, models, seed=1)  # another KID seed: computed anew
+    evaluation.score_set(path, models, reuse=False)
+    assert len(calls) == 3
+    save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), Result(**{**vars(result), "x_cf": x}))
+    changed = evaluation.score_set(path, models)  # the set was rewritten: computed anew, not the stale row
+    assert len(calls) == 4 and changed["proximity"] == 0 and first["proximity"] > 0
+    path.with_suffix(".scores.json").write_text("{not json")
+    assert evaluation.score_set(path, models) == changed and len(calls) == 5
+    hand_built = MetricModels(**{**vars(models), "fingerprint": None})
+    evaluation.score_set(path, hand_built)
+    assert len(calls) == 6, "models without a fingerprint are never matched to a stored row"
