@@ -29,8 +29,8 @@ class CEMConfig:
     beta: float = 0.1  # L1 weight, also the shrinkage threshold
     gamma: float = 1.0  # weight of the autoencoder (realism) term
     c_init: float = 10.0  # initial loss constant of the binary search
-    search_steps: int = 4  # binary-search rounds
-    iterations: int = 50  # FISTA iterations per round
+    search_steps: int = 3  # binary-search rounds
+    iterations: int = 40  # FISTA iterations per round; 3 × 40 scored as 4 × 50 on validation digits, 60 % the time
     lr: float = 0.01  # initial step size, decayed as (1 - k/K)^0.5 like the reference code
 
     def __post_init__(self) -> None:
