@@ -55,6 +55,16 @@ def _cmd_run(args: argparse.Namespace) -> None:
     print(output)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> None:
+    from .sweep import parse_sweep_args, run_sweep
+
+    swept, fixed = parse_sweep_args(args.parameter, args.set)
+    result = run_sweep(args.notebook, swept, fixed, out=args.out, jobs=args.jobs, scheduler=args.scheduler,
+                       metrics=args.metrics)
+    print(result.summary())
+    result.check()
+
+
 def _cmd_table(args: argparse.Namespace) -> None:
     from .run import collect_table
 
@@ -65,7 +75,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .run import reproduce
 
     start = time.perf_counter()
-    print(reproduce())
+    print(reproduce(jobs=args.jobs))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
@@ -91,12 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default runs/<notebook>)")
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser("sweep", help="run a notebook over a grid of parameter values in parallel; "
+                                     "gather a CSV and a plot")
+    p.add_argument("notebook", help="e.g. 06_ldce or notebooks/06_ldce.ipynb")
+    p.add_argument("-p", "--parameter", nargs="+", action="append", metavar=("NAME", "VALUE"),
+                   help="a swept parameter and its values; several -p sweep their cartesian product")
+    p.add_argument("--set", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
+                   help="a parameter fixed for every run")
+    p.add_argument("-j", "--jobs", type=int, default=1,
+                   help="runs at once on this machine (default 1; with --scheduler the cluster decides)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="submit the runs to the Dask cluster at this scheduler, e.g. tcp://10.0.0.5:8786")
+    p.add_argument("--out", default=None, help="sweep folder (default runs/sweeps/<notebook>)")
+    p.add_argument("--metrics", nargs="+", default=None, metavar="PATTERN",
+                   help="glob patterns of the recorded numbers to keep, e.g. 'ldce/mean/*' (default all); the plot "
+                        "shows them all when at most four, else the */mean/validity and */mean/im1 ones")
+    p.set_defaults(func=_cmd_sweep)
+
     p = sub.add_parser("table", help="gather recorded numbers from runs/ into results/table.{csv,md}")
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
+    p.add_argument("-j", "--jobs", type=int, default=1,
+                   help="notebooks to run at once, each on cores/jobs torch threads (default 1)")
     p.set_defaults(func=_cmd_reproduce)
     return parser
 

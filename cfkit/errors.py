@@ -27,3 +27,15 @@ class ParameterError(CfkitError, TypeError):
 
 class MissingResultsError(CfkitError, FileNotFoundError):
     """Recorded numbers that a command needs have not been produced yet."""
+
+
+class NotebookFailedError(CfkitError, RuntimeError):
+    """A notebook of a reproduction or sweep raised; the message says where its output is."""
+
+
+class SweepError(CfkitError, ValueError):
+    """A sweep that cannot start (a bad grid or flag) or whose runs did not all succeed."""
+
+
+class SchedulerError(CfkitError, ConnectionError):
+    """The Dask scheduler given with ``--scheduler`` cannot be reached or has no workers."""

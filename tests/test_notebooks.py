@@ -32,19 +32,54 @@ def test_models_notebook_reproduces(tmp_path) -> None:
     _compare(read_record(tmp_path / "00_models")["numbers"], expected)
 
 
-def test_metrics_notebook_reproduces(tmp_path) -> None:
-    expected = _expected("10_metrics")
-    out = tmp_path / "10_metrics"
-    run_notebook("10_metrics", {**expected["parameters"], "runs_dir": str(tmp_path)}, out_dir=out)
-    record = read_record(out)
+def test_reproduce_at_small_size_prints_progress_and_writes_every_result(tmp_path) -> None:
+    """`cfkit reproduce --jobs 2` end to end on two notebooks at CI size: the adversarial notebook, then (it
+    waits for it) the metrics notebook scoring its sets and Original Data; the methods not run show as
+    missing, not as errors."""
+    import io
+
+    method, metrics = _expected("01_adversarial"), _expected("10_metrics")
+    runs, results, log = tmp_path / "runs", tmp_path / "results", io.StringIO()
+    table = reproduce(runs_dir=runs, results_dir=results, notebooks=("10_metrics", "01_adversarial"), log=log, jobs=2,
+                      parameters={"01_adversarial": method["parameters"],
+                                  "10_metrics": {**metrics["parameters"], "runs_dir": str(runs)}})
+    progress = log.getvalue()
+    for line in ("zoo checkpoints verified", "2 at a time", "running 01_adversarial (1/2)", "running 10_metrics (2/2)", "01_adversarial: adv_attack 4->9 saved",
+                 "01_adversarial: adv_attack 5->6 saved", "10_metrics: original_data 3->8 saved",
+                 "10_metrics done in", "written to"):
+        assert line in progress, (line, progress)
+    assert "| Adv. Attack | mean | 60 |" in table and "missing: run `cfkit run 02_cem`" in table
+    for name in ("table.csv", "table.md", "table.png", "counterfactuals.png", "reproduce.json"):
+        assert (results / name).is_file(), name
+    timing = json.loads((results / "reproduce.json").read_text())
+    assert set(timing["notebooks"]) == {"01_adversarial", "10_metrics"} and timing["full_size"] is False
+    assert timing["seconds"] >= sum(timing["notebooks"].values()) > 0 and timing["machine"]["cores"] >= 1
+    assert (runs / "01_adversarial" / "run.log").is_file() and timing["jobs"] == 2
+
+    method_numbers = read_record(runs / "01_adversarial")["numbers"]
+    _compare(method_numbers, method)
+    record = read_record(runs / "10_metrics")
     assert {(r["method"], r["pair"]) for r in record["rows"]} == {
-        ("original_data", p) for p in ("4->9", "3->8", "5->6", "mean")}
+        (m, p) for m in ("original_data", "adv_attack") for p in ("4->9", "3->8", "5->6", "mean")}
     assert record["numbers"] == flatten_rows(record["rows"])
-    _compare(record["numbers"], expected)
-    assert (out / "10_metrics.ipynb").is_file() and len(list(out.glob("cfs_*.pt"))) == 3
+    _compare({k: v for k, v in record["numbers"].items() if k.startswith("original_data/")}, metrics)
+    rescored = {k: v for k, v in record["numbers"].items() if k.startswith("adv_attack/")}
+    assert rescored == {k: method_numbers[k] for k in rescored}, "the metrics notebook scores a set as its notebook did"
+    assert len(list((runs / "10_metrics").glob("cfs_*.pt"))) == 3
 
 
-@pytest.mark.parametrize("name", ["01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce"])
+def test_reproduce_stops_at_a_failing_notebook_and_says_where_its_output_is(tmp_path) -> None:
+    from cfkit.errors import NotebookFailedError, ParameterError
+
+    with pytest.raises(NotebookFailedError, match=r"01_adversarial failed .*run\.log"):
+        reproduce(runs_dir=tmp_path, results_dir=tmp_path, notebooks=("01_adversarial",), jobs=2,
+                  parameters={"01_adversarial": {"pairs": "4->4"}})
+    assert "the target class must differ from the query class" in (tmp_path / "01_adversarial" / "run.log").read_text()
+    with pytest.raises(ParameterError, match="jobs must be an int >= 1"):
+        reproduce(runs_dir=tmp_path, results_dir=tmp_path, jobs=0)
+
+
+@pytest.mark.parametrize("name", ["02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce"])
 def test_method_notebook_reproduces(name: str, tmp_path) -> None:
     expected = _expected(name)
     out = tmp_path / name
