@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 # The CPU machines this kit is built on carry these torch wheels on disk; a newer torch from PyPI
 # would mean several GB of CUDA downloads. Override with `make TORCH= test` elsewhere.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
+# Notebooks `make reproduce` runs at once (each on cores/JOBS torch threads); JOBS=1 runs them one by one.
+JOBS ?= 2
 
 .PHONY: reproduce test lab data clean-venv
 
@@ -22,7 +24,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 
 ## reproduce: set up, get MNIST, verify the shipped zoo, run every notebook headless, write results/
 reproduce: $(VENV)/.installed
-	$(BIN)/cfkit reproduce
+	$(BIN)/cfkit reproduce --jobs $(JOBS)
 
 ## test: set up with the dev extras and run the test suite
 test: $(VENV)/.installed-dev

@@ -262,12 +262,17 @@ class _SetWatcher:
         self._report()
 
 
+LONGEST = ("02_cem", "06_ldce")
+"""The notebooks that take longest at full size (about 9 minutes each on 2 cores): started first."""
+
+
 def _launch_order(notebooks: list[str], results_dir: Path) -> list[str]:
-    """Longest first by the last recorded reproduce (so the parallel run ends together), else as given."""
+    """Longest first by the last recorded reproduce (so the parallel run ends together), else :data:`LONGEST`
+    first."""
     try:
         last = json.loads((results_dir / REPRODUCE_RECORD).read_text())["notebooks"]
     except (OSError, ValueError, KeyError):
-        return notebooks
+        return sorted(notebooks, key=lambda name: name not in LONGEST)
     return sorted(notebooks, key=lambda name: -last.get(name, 0.0))
 
 
@@ -310,8 +315,9 @@ def reproduce(
     """Get MNIST, check the zoo loads, run the notebooks (at full size unless ``parameters`` gives a
     notebook other values), write the table, its figures and the timings; return the table.
 
-    ``jobs`` > 1 runs that many notebooks at once, each kernel on cores // jobs torch threads, a notebook
-    starting once those it reads (:data:`REPRODUCE_NEEDS`) are done. Progress goes to ``log`` (stderr):
+    ``jobs`` > 1 runs that many notebooks at once, a notebook starting once those it reads
+    (:data:`REPRODUCE_NEEDS`) are done, each kernel on cores // (notebooks running with it) torch threads
+    (so the last one, ``10_metrics``, gets every core). Progress goes to ``log`` (stderr):
     each notebook as it starts and ends, each pair's set as it is saved.
     """
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -325,7 +331,7 @@ def reproduce(
     log = log or sys.stderr
     runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
     notebooks, parameters = list(notebooks), parameters or {}
-    threads = threads_per_job(jobs)
+    threads: dict[str, int] = {}
     start = time.perf_counter()
 
     def say(message: str) -> None:
@@ -339,7 +345,8 @@ def reproduce(
     counter = iter(range(1, len(notebooks) + 1))
 
     def run_one(notebook: str) -> None:
-        say(f"running {notebook} ({next(counter)}/{len(notebooks)}) ...")
+        say(f"running {notebook} ({next(counter)}/{len(notebooks)}"
+            f"{f', {threads[notebook]} threads' if jobs > 1 else ''}) ...")
         began = time.perf_counter()
         out_dir = runs_dir / notebook
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +354,7 @@ def reproduce(
             if jobs == 1:
                 run_notebook(notebook, parameters.get(notebook), out_dir=out_dir)
             else:
-                _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads)
+                _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook])
         seconds[notebook] = round(time.perf_counter() - began, 1)
         say(f"{notebook} done in {seconds[notebook]:.0f} s")
 
@@ -357,8 +364,11 @@ def reproduce(
         while pending or running:
             ready = [nb for nb in pending
                      if not any(need in notebooks and need not in seconds for need in REPRODUCE_NEEDS.get(nb, ()))]
-            for notebook in ready[: jobs - len(running)]:
+            launch = ready[: jobs - len(running)]
+            sharing = len(running) + len(launch)
+            for notebook in launch:
                 pending.remove(notebook)
+                threads[notebook] = threads_per_job(sharing)
                 running[pool.submit(run_one, notebook)] = notebook
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -371,7 +381,7 @@ def reproduce(
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
         "seconds": total, "notebooks": seconds, "full_size": not parameters, "jobs": jobs,
-        "torch_threads_per_notebook": threads if jobs > 1 else None, "machine": machine(),
+        "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     })
     say(f"table, figures and {REPRODUCE_RECORD} written to {results_dir}")
