@@ -131,11 +131,9 @@ def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool
     """One saved set's table row. ``reuse``: take the row stored beside the set when the set's bytes, the
     metric checkpoints, the seed and the metric code are all unchanged (otherwise compute and store it)."""
     path = Path(path)
-    cfs = load_counterfactuals(path)
-    key = None
+    stored, key = path.with_suffix(SCORE_SUFFIX), None
     if reuse and models.fingerprint:
         key = {"set": sha256_file(path), "models": models.fingerprint, "seed": seed, "code": _metric_code_digest()}
-        stored = path.with_suffix(SCORE_SUFFIX)
         if stored.is_file():
             try:
                 saved = json.loads(stored.read_text())
@@ -143,11 +141,12 @@ def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool
                 saved = {}
             if saved.get("key") == key:
                 return saved["row"]
+    cfs = load_counterfactuals(path)
     row = {"method": cfs.method, "pair": pair_name(cfs.pair),
            **evaluate_pair(cfs.x, cfs.x_cf, cfs.pair[0], cfs.pair[1], reference_images(cfs.pair[1]), models,
                            seconds=cfs.seconds, seed=seed)}
     if key is not None:
-        atomic_write_json(path.with_suffix(SCORE_SUFFIX), {"key": key, "row": row})
+        atomic_write_json(stored, {"key": key, "row": row})
     return row
 
 
@@ -177,11 +176,11 @@ def gallery(runs_dir: str | Path, per_pair: int = 2) -> tuple[torch.Tensor, dict
     sets (every set starts with the same protocol queries): (queries, {method: counterfactuals}, titles)."""
     sets = [load_counterfactuals(p) for p in find_counterfactuals(runs_dir)]
     pairs = list(dict.fromkeys(s.pair for s in sets))
+    pick = {(s.method, s.pair): s for s in sets}
     complete = [m for m in dict.fromkeys(s.method for s in sets)
-                if all(any(s.method == m and s.pair == p and len(s.x) >= per_pair for s in sets) for p in pairs)]
+                if all((m, p) in pick and len(pick[(m, p)].x) >= per_pair for p in pairs)]
     if not complete:
         raise InputError(f"no method has a counterfactual set for every pair under {runs_dir}; run the notebooks first.")
-    pick = {(s.method, s.pair): s for s in sets}
     first = complete[0]
     queries = torch.cat([pick[(first, p)].x[:per_pair] for p in pairs])
     rows = {m: torch.cat([pick[(m, p)].x_cf[:per_pair] for p in pairs]) for m in complete}

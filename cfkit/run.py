@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import MissingResultsError, NotebookFailedError, ParameterError
 from .paths import NOTEBOOK_DIR, RESULTS_DIR, RUNS_DIR, atomic_write_json
+from .table import NOTEBOOKS as METHOD_NOTEBOOKS
 
 RECORD_FILE = "metrics.json"
 TIMING = ("seconds_per_cf",)
@@ -30,7 +31,7 @@ def reproducible(numbers: dict[str, float]) -> dict[str, float]:
 REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce", "10_metrics",
                    "11_ldce_error_analysis")
 """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
-REPRODUCE_NEEDS = {"10_metrics": ("01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce")}
+REPRODUCE_NEEDS = {"10_metrics": tuple(nb for nb in METHOD_NOTEBOOKS.values() if nb != "10_metrics")}
 """What a notebook reads from others' output folders: with ``--jobs`` it waits for those to finish."""
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -202,6 +203,13 @@ REPRODUCE_RECORD = "reproduce.json"
 """In results/: the wall time of each notebook of the last ``cfkit reproduce`` and the machine it ran on."""
 
 
+def cores() -> int:
+    """The CPU cores this process may use."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def machine() -> dict[str, Any]:
     """What a timing was measured on: CPU model, cores, memory, torch and its threads, any GPU."""
     import os
@@ -219,7 +227,7 @@ def machine() -> dict[str, Any]:
         memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):
         memory_gib = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory_gib and round(memory_gib, 1),
+    return {"cpu": cpu, "cores": cores(), "memory_gib": memory_gib and round(memory_gib, 1),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "python": platform.python_version()}
@@ -282,10 +290,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 def threads_per_job(jobs: int) -> int:
     """Threads for each of ``jobs`` runs at once, so that together they use this machine's cores once."""
-    import os
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, jobs))
+    return max(1, cores() // max(1, jobs))
 
 
 def thread_limits(threads: int) -> dict[str, str]:
@@ -345,8 +350,8 @@ def reproduce(
     counter = iter(range(1, len(notebooks) + 1))
 
     def run_one(notebook: str) -> None:
-        say(f"running {notebook} ({next(counter)}/{len(notebooks)}"
-            f"{f', {threads[notebook]} threads' if jobs > 1 else ''}) ...")
+        on = f" on {threads[notebook]} torch thread{'s' * (threads[notebook] > 1)}" if jobs > 1 else ""
+        say(f"running {notebook} ({next(counter)}/{len(notebooks)}){on} ...")
         began = time.perf_counter()
         out_dir = runs_dir / notebook
         out_dir.mkdir(parents=True, exist_ok=True)
