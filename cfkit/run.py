@@ -186,17 +186,38 @@ def collect_table(runs_dir: str | Path | None = None, write: bool = True, result
     from .table import LABELS, to_markdown, write_table
 
     runs_dir = Path(runs_dir or RUNS_DIR)
-    rows = read_record(runs_dir / "10_metrics")["rows"]
+    record = read_record(runs_dir / "10_metrics")
+    rows, note = record["rows"], record.get("inception_note")
     if write:
         from . import plots
         from .evaluation import gallery
 
         results_dir = Path(results_dir or RESULTS_DIR)
-        write_table(rows, results_dir)
+        write_table(rows, results_dir, note)
+        if "comparisons" in record:
+            write_comparisons(record["comparisons"], results_dir)
         queries, counterfactuals, titles = gallery(runs_dir)
         labelled = {LABELS.get(method, method): images for method, images in counterfactuals.items()}
         plots.save_figure(plots.method_gallery(queries, labelled, titles), results_dir / "counterfactuals.png")
-    return to_markdown(rows)
+    return to_markdown(rows, note)
+
+
+COMPARISON_COLUMNS = ("metric", "pair", "a", "b", "difference", "lo", "hi", "p_value", "significant")
+
+
+def write_comparisons(comparisons: list[dict], results_dir: str | Path) -> Path:
+    """``results/comparisons.csv``: every two methods' paired-bootstrap difference in IM1 and FID, per pair and
+    on the mean (A − B, its 95 % interval, p-value, whether the interval excludes zero)."""
+    import csv
+    import io
+
+    from .paths import atomic_write_text
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, COMPARISON_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(comparisons)
+    return atomic_write_text(Path(results_dir) / "comparisons.csv", buffer.getvalue())
 
 
 REPRODUCE_RECORD = "reproduce.json"
@@ -346,6 +367,19 @@ def reproduce(
     for model in names():
         load(model)
     say(f"MNIST and {len(names())} zoo checkpoints verified; {len(notebooks)} notebooks, {jobs} at a time")
+    if any(parameters.get(nb, {}).get("inception", True) for nb in notebooks):
+        from .zoo.inception import inception_extractor
+
+        extractor, reason = inception_extractor()  # fetched once here, not by two notebooks at once
+        if extractor is None:
+            say(f"no Inception-space FID/KID: {reason}")
+        else:  # the reference features every method notebook needs, on all cores, before they start
+            from .data import PAIRS
+            from .zoo.inception import reference_features
+
+            for target in dict.fromkeys(t for _, t in PAIRS):
+                reference_features(extractor, target)
+            say("Inception extractor verified and its reference features cached")
     seconds: dict[str, float] = {}
     counter = iter(range(1, len(notebooks) + 1))
 

@@ -122,7 +122,7 @@ def test_protocol_run_is_scored(method, tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(table.NOTEBOOKS, method.name, "07_prototype_blend")
     paths = evaluation.run_method(method, tmp_path, PAIRS, n_queries=6)
     assert [p.name for p in paths] == [f"cfs_prototype_blend_{q}to{t}.pt" for q, t in PAIRS]
-    rows = evaluation.evaluate_sets(paths)
+    rows = evaluation.evaluate_sets(paths, inception=False)
     pairs = [pair_name(p) for p in PAIRS] + ["mean"]
     assert [(r["method"], r["pair"]) for r in rows] == [(method.name, pair) for pair in pairs]
     for row in rows:

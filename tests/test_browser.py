@@ -26,7 +26,7 @@ from cfkit.run import check_parameters, notebook_path
 
 NOTEBOOK = "06_ldce"
 # One pair and a handful of images: every section of the notebook runs, in under a minute on 2 idle cores.
-PARAMETERS = {"pairs": "4->9", "n_queries": 2, "ablation_queries": 0, "samples_per_class": 2,
+PARAMETERS = {"pairs": "4->9", "n_queries": 2, "ablation_queries": 0, "samples_per_class": 2, "inception": False,
               "interactive": True}
 RUN_TIMEOUT_MS = 480_000  # running every cell on a busy 2-core machine
 REDRAW_TIMEOUT_S = 180  # one LDCE counterfactual plus a figure

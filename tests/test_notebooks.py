@@ -49,8 +49,11 @@ def test_reproduce_at_small_size_prints_progress_and_writes_every_result(tmp_pat
                  "10_metrics done in", "written to"):
         assert line in progress, (line, progress)
     assert "| Adv. Attack | mean | 60 |" in table and "missing: run `cfkit run 02_cem`" in table
-    for name in ("table.csv", "table.md", "table.png", "counterfactuals.png", "reproduce.json"):
+    for name in ("table.csv", "table.md", "table.png", "counterfactuals.png", "reproduce.json", "comparisons.csv"):
         assert (results / name).is_file(), name
+    executed = (runs / "10_metrics" / "10_metrics.ipynb").read_text()
+    # CI size: 20 attack and 40 Original Data queries a pair; the notebook says its FIDs do not compare
+    assert "UNEQUAL n" in executed and "not comparable with the full-size table" in executed
     timing = json.loads((results / "reproduce.json").read_text())
     assert set(timing["notebooks"]) == {"01_adversarial", "10_metrics"} and timing["full_size"] is False
     assert timing["seconds"] >= sum(timing["notebooks"].values()) > 0 and timing["machine"]["cores"] >= 1

@@ -48,14 +48,19 @@ def test_table_files(tmp_path) -> None:
          "validity": 1.0, "oracle_agreement": 1.0, "proximity": 0.2, "sparsity": 0.3, "cout": 0.5,
          "seconds_per_cf": None},
     ]
-    rows.append({**rows[0], "pair": "mean"})
+    rows.append({**rows[0], "pair": "mean", "im1_lo": 0.85, "im1_hi": 0.97, "n_inception": 10,
+                 "fid_inception": 40.0, "fid_inception_lo": 30.0, "fid_inception_hi": 55.0})
     csv_path, md_path, png_path = write_table(rows, tmp_path)
-    assert csv_path.read_text().splitlines()[0] == DESIGN_HEADER == ",".join(HEADER)
+    header = csv_path.read_text().splitlines()[0]
+    assert header.startswith(DESIGN_HEADER + ",") and header == ",".join(HEADER), "extra columns go at the end"
+    assert "im1_lo,im1_hi" in header and "n_inception,fid_inception,kid_inception" in header
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 20_000
     back = read_csv(csv_path)
     assert back[0]["im1"] == pytest.approx(0.9) and back[0]["seconds_per_cf"] is None and back[1]["n"] == 10
+    assert back[1]["im1_lo"] == pytest.approx(0.85) and back[1]["n_inception"] == 10 and back[0]["im1_lo"] is None
     md = md_path.read_text()
     assert "Original Data" in md and "| 0.47 |" in md and "not Inception" in md
+    assert "| 0.900 ± 0.060 |" in md and "| 40.000 ± 12.500 |" in md, "a value with an interval shows ± half its width"
     # the methods without rows are listed as missing, with the notebook that makes them; the CSV holds only rows
     assert md.count("\n|") == 3 + 6 and "| LDCE |  |  | missing: run `cfkit run 06_ldce`" in md
     assert "| CEM |  |  | missing: run `cfkit run 02_cem`" in md and len(back) == 2
@@ -72,7 +77,7 @@ def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
     result = Result(x=x, x_cf=nines, source=torch.full((6,), 4), target=torch.full((6,), 9),
                     valid=torch.ones(6, dtype=torch.bool), seconds=1.0)
     path = save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), result)
-    models = MetricModels.from_zoo()
+    models = MetricModels.from_zoo(inception=False)
     calls = []
     real = evaluation.evaluate_pair
     monkeypatch.setattr(evaluation, "evaluate_pair", lambda *a, **k: calls.append(1) or real(*a, **k))

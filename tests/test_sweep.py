@@ -18,7 +18,7 @@ from cfkit.sweep import (SWEEP_CSV, SWEEP_PNG, Point, build_grid, folder_name, g
                          run_sweep)
 
 NOTEBOOK = "01_adversarial"
-TINY = {"n_queries": 4, "pairs": "4->9", "steps": 10, "step_size": 0.05}
+TINY = {"n_queries": 4, "pairs": "4->9", "steps": 10, "step_size": 0.05, "inception": False}
 """About 15 s a run on one core: four queries of one pair, ten PGD steps."""
 TINY_ARGS = [word for name, value in TINY.items() for word in ("--set", name, str(value))]
 RADII = [0.02, 0.3]  # measured at TINY: validity 0.0 and 1.0

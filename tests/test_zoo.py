@@ -90,7 +90,7 @@ def test_unknown_model_name() -> None:
 
 
 @pytest.mark.parametrize("name", ["classifier", "oracle", "features", "ae_all", "ae_7", "dcgan", "encoder", "ldm_vae",
-                                  "ldm_unet", "c3lt_4_9", "expgan_4_9", "c3lt_7_1"])
+                                  "ldm_unet", "c3lt_4_9", "expgan_4_9", "c3lt_7_1", "ae_cal_3"])
 def test_training_code_runs_and_writes_a_loadable_checkpoint(name: str, tmp_path) -> None:
     entry = train(name, directory=tmp_path, max_steps=3, check_quality=False, progress=False)
     assert entry["steps"] == 3 and (tmp_path / f"{name}.pt").is_file()

@@ -30,22 +30,60 @@ class FeatureExtractor(nn.Module):
         return self.net.embed(x)
 
 
-def _feed(metric: FrechetInceptionDistance | KernelInceptionDistance, fake: torch.Tensor, real: torch.Tensor) -> None:
-    fake, real = check_images(fake, "x_cf"), check_images(real, "reference")
+class Precomputed(nn.Module):
+    """Identity 'extractor' for torchmetrics: feeds features computed once (and cached) instead of images."""
+
+    def __init__(self, num_features: int) -> None:
+        super().__init__()
+        self.num_features = num_features
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return features
+
+
+def embed(extractor: nn.Module, images: torch.Tensor, name: str = "images") -> torch.Tensor:
+    """Features of ``images`` in the extractor's space, in batches, without gradients."""
+    images = check_images(images, name)
     with torch.inference_mode():
-        for chunk in real.split(BATCH):
-            metric.update(chunk, real=True)
-        for chunk in fake.split(BATCH):
-            metric.update(chunk, real=False)
+        return torch.cat([extractor(chunk) for chunk in images.split(BATCH)])
+
+
+def _feed(metric: FrechetInceptionDistance | KernelInceptionDistance, fake: torch.Tensor, real: torch.Tensor) -> None:
+    with torch.inference_mode():
+        metric.update(real, real=True)
+        metric.update(fake, real=False)
+
+
+def fid_from_features(fake: torch.Tensor, real: torch.Tensor) -> float:
+    """torchmetrics' FID between two sets of features (rows)."""
+    if min(len(fake), len(real)) < 2:
+        raise InputError("FID needs at least two counterfactuals and two reference images.")
+    metric = FrechetInceptionDistance(feature=Precomputed(fake.shape[1]), reset_real_features=True)
+    _feed(metric, fake, real)
+    return float(metric.compute())
+
+
+def kid_from_features(fake: torch.Tensor, real: torch.Tensor, subsets: int = 100, subset_size: int = 1000,
+                      seed: int = 0) -> tuple[float, float]:
+    """torchmetrics' KID (mean, std over ``subsets`` random subsets, seeded) between two sets of features."""
+    size = min(subset_size, len(fake), len(real))
+    if size < 2:
+        raise InputError("KID needs at least two counterfactuals and two reference images.")
+    with warnings.catch_warnings():  # its note on buffering every feature: a few thousand rows here
+        warnings.filterwarnings("ignore", message=".*will save all extracted features.*")
+        metric = KernelInceptionDistance(feature=Precomputed(fake.shape[1]), subsets=subsets, subset_size=size)
+    _feed(metric, fake, real)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        mean, std = metric.compute()
+    return float(mean), float(std)
 
 
 def fid(extractor: nn.Module, x_cf: torch.Tensor, reference: torch.Tensor) -> float:
     """Fréchet distance between the feature statistics of ``x_cf`` and ``reference`` (torchmetrics)."""
     if min(len(x_cf), len(reference)) < 2:
         raise InputError("FID needs at least two counterfactuals and two reference images.")
-    metric = FrechetInceptionDistance(feature=extractor, reset_real_features=True)
-    _feed(metric, x_cf, reference)
-    return float(metric.compute())
+    return fid_from_features(embed(extractor, x_cf, "x_cf"), embed(extractor, reference, "reference"))
 
 
 def kid(
@@ -53,14 +91,7 @@ def kid(
     subset_size: int = 1000, seed: int = 0,
 ) -> tuple[float, float]:
     """Kernel inception distance (mean, std over ``subsets`` random subsets), seeded (torchmetrics)."""
-    size = min(subset_size, len(x_cf), len(reference))
-    if size < 2:
+    if min(len(x_cf), len(reference)) < 2:
         raise InputError("KID needs at least two counterfactuals and two reference images.")
-    with warnings.catch_warnings():  # its note on buffering every feature: a few thousand 128-d rows here
-        warnings.filterwarnings("ignore", message=".*will save all extracted features.*")
-        metric = KernelInceptionDistance(feature=extractor, subsets=subsets, subset_size=size)
-    _feed(metric, x_cf, reference)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        mean, std = metric.compute()
-    return float(mean), float(std)
+    return kid_from_features(embed(extractor, x_cf, "x_cf"), embed(extractor, reference, "reference"),
+                             subsets, subset_size, seed)

@@ -74,22 +74,31 @@ class FeatureNet(nn.Module):
 
 
 class ClassAutoencoder(nn.Module):
-    """Per-class IM1 autoencoder (Van Looveren & Klaise): Conv16-pool-Conv8-pool-Conv8, mirrored decoder."""
+    """Per-class IM1 autoencoder (Van Looveren & Klaise): Conv16-pool-Conv8-pool-Conv8, mirrored decoder.
 
-    def __init__(self) -> None:
+    ``channels`` widens or narrows the three encoder convolutions (the last sets the 7×7 latent's depth);
+    ``signed`` feeds the network [-1, 1] pixels, as the C3LT code does, and maps its output back to [0, 1],
+    so inputs and reconstructions stay in the kit's range either way (the IM1 calibration study varies both).
+    """
+
+    def __init__(self, channels: tuple[int, int, int] = (16, 8, 8), signed: bool = False) -> None:
         super().__init__()
+        first, second, latent = channels
+        self.signed = signed
         self.encoder = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, first, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(first, second, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(second, latent, 3, padding=1), nn.ReLU(),
         )
         self.decoder = nn.Sequential(
-            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 1, 3, padding=1),
+            nn.Conv2d(latent, second, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+            nn.Conv2d(second, first, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+            nn.Conv2d(first, 1, 3, padding=1),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.signed:
+            return (self.decoder(self.encoder(x * 2 - 1)) + 1) / 2
         return self.decoder(self.encoder(x))
 
 

@@ -144,7 +144,7 @@ def _classification_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     return F.cross_entropy(model(x), y)
 
 
-def _reconstruction_loss(model: nn.Module, x: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+def reconstruction_loss(model: nn.Module, x: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(model(x), x)
 
 
@@ -175,4 +175,4 @@ def fit_classifier(model: nn.Module, config: TrainConfig, max_steps: int | None 
 def fit_autoencoder(model: nn.Module, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
                     desc: str = "") -> int:
     """Train with pixel MSE on the digits of ``config``; return the number of steps taken."""
-    return fit_loop(model, _reconstruction_loss, config, max_steps, progress, desc)
+    return fit_loop(model, reconstruction_loss, config, max_steps, progress, desc)
