@@ -223,9 +223,10 @@ def calibration_figure(study: dict):
                     label=f"Original Data, {capacity}")
             ax.plot(epochs, [r["im1_pgd"] for r in line], marker=marker, color="tab:red", linestyle="--",
                     label=f"PGD, {capacity}")
-        reference = next(r for r in means if r["capacity"] == REFERENCE)
-        ax.scatter([30, 30], [reference["im1_original"], reference["im1_pgd"]], color=["tab:green", "tab:red"],
-                   marker="*", s=120, zorder=3, label="shipped (Van Looveren, 30 ep)")
+        reference = next((r for r in means if r["capacity"] == REFERENCE and r["pixel_range"] == pixel_range), None)
+        if reference:
+            ax.scatter([30, 30], [reference["im1_original"], reference["im1_pgd"]], color=["tab:green", "tab:red"],
+                       marker="*", s=120, zorder=3, label="shipped (Van Looveren, 30 ep)")
         ax.axhline(PAPER_ORIGINAL_IM1, color="tab:green", linewidth=0.8, alpha=0.6)
         ax.axhline(1.02, color="tab:red", linewidth=0.8, alpha=0.6)
         chosen = study["chosen"]
@@ -236,7 +237,10 @@ def calibration_figure(study: dict):
         ax.set_xlabel("training epochs")
         ax.set_title(f"pixel range {pixel_range}; lines: paper's 0.47 (real) and 1.02 (attack)", fontsize=9)
     axes[0].set_ylabel("IM1, mean over pairs (lower: more like the target)")
-    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    labelled = {}
+    for ax in axes:
+        labelled.update(dict(zip(*reversed(ax.get_legend_handles_labels()))))
+    axes[1].legend(labelled.values(), labelled.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
 
