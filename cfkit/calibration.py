@@ -66,9 +66,6 @@ class GridPoint:
     def signed(self) -> bool:
         return RANGES[self.pixel_range]
 
-    def label(self) -> str:
-        return f"{self.capacity} {self.pixel_range} {self.epochs} ep"
-
 
 def train_snapshots(digit: int, capacity: str, pixel_range: str, epochs: Iterable[int] = EPOCHS,
                     max_steps: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
@@ -129,15 +126,14 @@ def run_study(runs_dir: str | Path | None = None, pairs: Iterable[tuple[int, int
                    for capacity, pixel_range, epochs in longest_first for d in classes}
         trained = {job: future.result() for job, future in futures.items()}
     shipped = {d: load(f"ae_{d}") for d in classes}
-    reference = {"capacity": REFERENCE, "channels": list(CAPACITIES["van_looveren"]), "latent": 392,
-                 "pixel_range": "[0,1]", "epochs": 30}
-    pair_rows = [{**_score_pair(None, pair, sets, shipped, ae_all), **reference} for pair in pairs]
+    reference = {**_describe(GridPoint("van_looveren", "[0,1]", 30)), "capacity": REFERENCE}
+    pair_rows = [_score_pair(reference, pair, sets, shipped, ae_all) for pair in pairs]
     rows = pair_rows + [{**reference, "pair": "mean", **_mean(pair_rows)}]
     for capacity, pixel_range, epochs in grid:
         for epoch in sorted(set(epochs)):
             point = GridPoint(capacity, pixel_range, epoch)
             autoencoders = {d: _autoencoder(point, trained[(d, capacity, pixel_range)][epoch]) for d in classes}
-            pair_rows = [_score_pair(point, pair, sets, autoencoders, ae_all) for pair in pairs]
+            pair_rows = [_score_pair(_describe(point), pair, sets, autoencoders, ae_all) for pair in pairs]
             rows += pair_rows + [{**_describe(point), "pair": "mean", **_mean(pair_rows)}]
     return rows
 
@@ -152,9 +148,10 @@ def _describe(point: GridPoint) -> dict:
             "pixel_range": point.pixel_range, "epochs": point.epochs}
 
 
-def _score_pair(point: GridPoint | None, pair: tuple[int, int], sets: dict, autoencoders: dict,
-                ae_all: torch.nn.Module) -> dict:
-    row = {**(_describe(point) if point else {}), "pair": pair_name(pair)}
+def _score_pair(setting: dict, pair: tuple[int, int], sets: dict, autoencoders: dict, ae_all: torch.nn.Module
+                ) -> dict:
+    """One pair's row: the ``setting``'s description and IM1/IM2 of its Original Data and PGD sets."""
+    row = {**setting, "pair": pair_name(pair)}
     for method, short in (("original_data", "original"), ("adv_attack", "pgd")):
         cfs = sets[(method, pair)]
         row[f"im1_{short}"] = im1_scores(cfs.x_cf, cfs.target, cfs.source, autoencoders).mean().item()

@@ -216,21 +216,29 @@ def _per_image(x: torch.Tensor, x_cf: torch.Tensor, source: torch.Tensor, target
     }
 
 
-@lru_cache(maxsize=4)
+def _distances(fake: torch.Tensor, real: torch.Tensor, suffix: str, seed: int, weights: torch.Tensor, point: dict,
+               replicates: dict, references: tuple[bootstrap.FrechetReference, bootstrap.KernelReference] | None = None
+               ) -> None:
+    """Point FID/KID (torchmetrics) and their bootstrap replicates (closed forms) from features; ``references``:
+    the reference side of ``real`` when already computed."""
+    point[f"fid{suffix}"] = fid_from_features(fake, real)
+    point[f"kid{suffix}"] = kid_from_features(fake, real, seed=seed)[0]
+    frechet, kernel = references or _references(real)
+    replicates[f"fid{suffix}"] = frechet.distances(fake, weights)
+    replicates[f"kid{suffix}"] = kernel.distances(fake, weights)
+
+
 def _references(real: torch.Tensor) -> tuple[bootstrap.FrechetReference, bootstrap.KernelReference]:
-    """The reference side of FID/KID; cached for the Inception references, which are one cached tensor per
-    target class (a 2048×2048 square root is worth keeping)."""
     return bootstrap.FrechetReference(real), bootstrap.KernelReference(real)
 
 
-def _distances(fake: torch.Tensor, real: torch.Tensor, suffix: str, seed: int, weights: torch.Tensor,
-               point: dict, replicates: dict, cache: bool = False) -> None:
-    """Point FID/KID (torchmetrics) and their bootstrap replicates (closed forms) from features."""
-    point[f"fid{suffix}"] = fid_from_features(fake, real)
-    point[f"kid{suffix}"] = kid_from_features(fake, real, seed=seed)[0]
-    frechet, kernel = _references(real) if cache else _references.__wrapped__(real)
-    replicates[f"fid{suffix}"] = frechet.distances(fake, weights)
-    replicates[f"kid{suffix}"] = kernel.distances(fake, weights)
+@lru_cache(maxsize=8)
+def _inception_references(extractor: InceptionExtractor, target: int, n: int
+                          ) -> tuple[torch.Tensor, tuple[bootstrap.FrechetReference, bootstrap.KernelReference]]:
+    """One target class's Inception reference features and their reference side, once per process (a 2048×2048
+    square root is worth keeping)."""
+    real = reference_features(extractor, target, n)
+    return real, _references(real)
 
 
 def evaluate_pair(
@@ -267,10 +275,9 @@ def evaluate_pair(
     n_inception = None
     if models.inception is not None:
         n_inception = min(n, models.inception_cfs)
-        fake = models.inception.embed(x_cf[:n_inception])
-        real = reference_features(models.inception, int(target_ids[0]), models.inception_reference)
-        _distances(fake, real, "_inception", seed, bootstrap.counts(bootstrap.resample_indices(n_inception, seed=seed)),
-                   point, reps, cache=True)
+        real, references = _inception_references(models.inception, int(target_ids[0]), models.inception_reference)
+        _distances(models.inception.embed(x_cf[:n_inception]), real, "_inception", seed,
+                   bootstrap.counts(bootstrap.resample_indices(n_inception, seed=seed)), point, reps, references)
     row: dict[str, float | int | None] = {"n": n, **{m: point.get(m) for m in SCORED},
                                           "seconds_per_cf": None if seconds is None else seconds / n,
                                           "n_inception": n_inception, **{m: point.get(m) for m in INCEPTION},

