@@ -1,15 +1,17 @@
 """LDCE: the latent diffusion zoo (autoencoder, denoiser), consensus guidance and the method's contract."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from cfkit.data import load_mnist
 from cfkit.errors import InputError
 from cfkit.evaluation import validation_queries
-from cfkit.methods.ldce import LDCE, LDCEConfig, ablation_settings, consensus_mask, rescale_to
+from cfkit.methods.ldce import LDCE, LDCE_KIT, LDCE_REFERENCE, LDCEConfig, ablation_settings, consensus_mask, rescale_to
 from cfkit.zoo.checkpoints import load, read_manifest
-from cfkit.zoo.diffusion import LATENT_SHAPE, NULL_CLASS, ddim_schedule, sample_latents
+from cfkit.zoo.diffusion import LATENT_SHAPE, NULL_CLASS, ddim_schedule, guided_noise, sample_latents
 
 
 def test_latent_autoencoder_round_trip_keeps_the_digit() -> None:
@@ -52,6 +54,8 @@ def test_denoiser_samples_the_class_asked_for_and_the_null_class_differs() -> No
     ("consensus_angle", 181, r"consensus_angle must be a number in \[0°, 180°\]"),
     ("guidance", -1.0, "guidance must be a number >= 0"),
     ("distance_weight", "0.25", "distance_weight must be a number >= 0"),
+    ("gradient", "y", "gradient must be one of 'x0', 'denoiser', got 'y'"),
+    ("gradient", "z_t", "gradient must be one of 'x0', 'denoiser', got 'z_t'"),
 ])
 def test_bad_knobs_are_refused_with_the_allowed_range(field: str, value: object, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -135,3 +139,63 @@ def test_consensus_angle_and_classifier_free_baseline(fours: torch.Tensor) -> No
     baseline = explain(cfg_only=True)
     assert baseline.extras["mask_kept"].isnan().all(), "no classifier gradient, so no consensus mask"
     assert not torch.equal(baseline.x_cf, loose.x_cf)
+
+
+def test_reference_setting_is_farid_et_al_and_survives_the_ablation() -> None:
+    # the table's default is the reference on a 100-step schedule (notebook 12 shows it inside the reference's
+    # interval); the kit's first setting stays a named one
+    assert LDCEConfig() == dataclasses.replace(LDCE_REFERENCE, steps=100) and LDCEConfig().denoising_steps == 34
+    assert (LDCE_KIT.strength, LDCE_KIT.steps, LDCE_KIT.consensus_angle, LDCE_KIT.gradient) == (0.5, 50, 60.0, "x0")
+    assert LDCE_REFERENCE.gradient == "denoiser" and 35 <= LDCE_REFERENCE.consensus_angle <= 45
+    assert (LDCE_REFERENCE.strength, LDCE_REFERENCE.steps, LDCE_REFERENCE.denoising_steps) == (0.342, 500, 171)
+    settings = ablation_settings(LDCE_REFERENCE)
+    assert all(c.gradient == "denoiser" for c in settings.values()) and "α=40°" not in settings
+    assert settings["250 DDIM steps"].steps == 250 and len(set(settings.values())) == len(settings)
+
+
+def test_denoiser_gradient_is_the_chain_rule_through_the_unet(fours: torch.Tensor) -> None:
+    """c and d w.r.t. z_t equal autograd through ε_uncond(z_t), x̂₀, the decoder and the classifier at once."""
+    method = LDCE(load("classifier"), LDCEConfig(gradient="denoiser"))
+    x, target = fours[:4], torch.full((4,), 9)
+    scheduler, t = ddim_schedule(10), torch.tensor(401)
+    alpha = scheduler.alphas_cumprod[t]
+    with torch.no_grad():
+        noise = torch.randn(4, *LATENT_SHAPE, generator=torch.Generator().manual_seed(0))
+        z = scheduler.add_noise(method.vae.encode(x), noise, t[None])
+    cond, uncond, x0, c, d, p, image = method._denoiser_terms(x, z, t, target, alpha)
+    with torch.no_grad():
+        expected_cond, expected_uncond = guided_noise(method.unet, z, t, target)
+    assert torch.allclose(cond, expected_cond, atol=1e-5) and torch.allclose(uncond, expected_uncond, atol=1e-5)
+    assert torch.allclose(x0, (z - (1 - alpha).sqrt() * uncond) / alpha.sqrt(), atol=1e-6)
+    assert c.shape == d.shape == z.shape and p.shape == (4,) and image.shape == x.shape
+
+    with torch.enable_grad():
+        z_t = z.clone().requires_grad_(True)
+        composite = method.vae.decode((z_t - (1 - alpha).sqrt() * method.unet(z_t, t.expand(4),
+                                                                                 torch.full((4,), NULL_CLASS)))
+                                      / alpha.sqrt())
+        log_p = method.classifier(composite).log_softmax(1)[:, 9]
+        direct_c, = torch.autograd.grad(-log_p.sum(), z_t, retain_graph=True)
+        direct_d, = torch.autograd.grad((composite - x).abs().sum(), z_t)
+    assert torch.allclose(c, direct_c, rtol=1e-4, atol=1e-6) and torch.allclose(d, direct_d, rtol=1e-4, atol=1e-6)
+    assert (c.flatten(1).norm(dim=1) > 0).all() and (d.flatten(1).norm(dim=1) > 0).all()
+
+    at_x0, _, _, _ = method._guidance_terms(x, x0, target)
+    cosine = torch.nn.functional.cosine_similarity(c.flatten(1), at_x0.flatten(1), dim=1)
+    assert (cosine < 0.999).all(), "the unet's Jacobian turns the gradient; it is not x̂₀'s gradient rescaled"
+
+
+def test_ldce_with_the_gradient_through_the_denoiser(fours: torch.Tensor) -> None:
+    x, source = fours[:4], torch.full((4,), 4)
+
+    def explain(gradient: str):
+        config = LDCEConfig(steps=10, strength=0.5, gradient=gradient)
+        return LDCE(load("classifier"), config).explain(x, 9, source=source)
+
+    through, at_x0 = explain("denoiser"), explain("x0")
+    assert through.x_cf.shape == x.shape and 0 <= through.x_cf.min() and through.x_cf.max() <= 1
+    assert through.extras["mask_kept"].shape == through.extras["p_target"].shape == (4, 5)
+    assert ((0 <= through.extras["mask_kept"]) & (through.extras["mask_kept"] <= 1)).all()
+    assert through.extras["mask_kept"].mean() > 0, "the classifier gradient gets through the consensus mask"
+    assert not torch.equal(through.x_cf, at_x0.x_cf)
+    assert torch.equal(explain("denoiser").x_cf, through.x_cf), "the same seed gives the same counterfactuals"

@@ -64,7 +64,8 @@ class CounterfactualMethod:
 
     def explain(self, x: torch.Tensor, target: torch.Tensor | int, source: torch.Tensor | None = None) -> Result:
         x = check_images(x, "x")
-        source = self.predict(x) if source is None else check_class_ids(source, "source")
+        # a clone leaves inference mode: a method may then use the classes in autograd (CEM's PN hinge)
+        source = self.predict(x).clone() if source is None else check_class_ids(source, "source")
         if source.shape[0] != x.shape[0]:
             raise InputError(f"source has {source.shape[0]} labels for {x.shape[0]} images; give one per image.")
         target = check_targets(target, x.shape[0], source=source)
@@ -91,15 +92,18 @@ class PerPairMethod(CounterfactualMethod):
     config_type: type = object  # the method's knob dataclass; its defaults apply when no config is given
 
     def __init__(self, classifier: nn.Module, config: Any = None, pair_dir: str | Path | None = None,
-                 **kwargs: Any) -> None:
+                 models: dict[tuple[int, int], nn.Module] | None = None, **kwargs: Any) -> None:
         super().__init__(classifier, **kwargs)
         self.config = self.config_type() if config is None else config
         self.pair_dir = pair_dir  # folder of the per-pair checkpoints; None: the shipped zoo
+        self.models = dict(models or {})  # in-memory models by pair (a training snapshot, say); before pair_dir
 
     def pair_model(self, pair: tuple[int, int]) -> nn.Module:
         """The pair's trained model (a clear error naming its training command when there is none)."""
         from ..zoo.checkpoints import load_pair
 
+        if tuple(pair) in self.models:
+            return self.models[tuple(pair)].to(self.device).eval()
         return load_pair(self.family, pair, self.pair_dir, self.device)
 
 

@@ -2,7 +2,11 @@
 
 Find δ ≥ 0 (MNIST's background is 0, so CEM *adds* ink) minimising
 
-    c · max(max_{j≠t} Z_j(x+δ) − Z_t(x+δ) + κ, 0) + β‖δ‖₁ + ‖δ‖₂² + γ‖x+δ − AE(x+δ)‖₂²
+    c · hinge(x+δ) + β‖δ‖₁ + ‖δ‖₂² + γ‖x+δ − AE(x+δ)‖₂²
+
+with the kit's targeted hinge max(max_{j≠t} Z_j − Z_t + κ, 0) (pull toward the target), or the reference
+pertinent-negative hinge max(Z_o − max_{j≠o} Z_j + κ, 0) of the IBM code (push away from the original
+class o, wherever the image lands). ``CEM_REFERENCE`` holds the reference code's MNIST settings.
 
 with FISTA: a gradient step on the smooth part, the shrinkage-thresholding step S_β for the L1
 term, projection onto 0 ≤ δ ≤ 1 − x, and Nesterov momentum. A binary search per image tunes c:
@@ -17,21 +21,31 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .base import CounterfactualMethod
-from .knobs import non_negative, positive
+from .knobs import non_negative, one_of, positive
 
 NEVER = 1e10
 
 
+HINGES = ("targeted", "pn")
+SUCCESS_RULES = ("positive", "kappa")
+
+
 @dataclass(frozen=True)
 class CEMConfig:
-    kappa: float = 0.1  # logit margin of the target over every other class
-    beta: float = 0.1  # L1 weight, also the shrinkage threshold
-    gamma: float = 1.0  # weight of the autoencoder (realism) term
-    c_init: float = 10.0  # initial loss constant of the binary search
-    search_steps: int = 3  # binary-search rounds
-    iterations: int = 40  # FISTA iterations per round; 3 × 40 scored as 4 × 50 on validation digits, 60 % the time
-    lr: float = 0.01  # initial step size, decayed as (1 - k/K)^0.5 like the reference code
+    """The kit's defaults; the reference value of each knob (IBM CEM README, AIX360's MNIST test) is beside it."""
+
+    kappa: float = 0.1  # logit margin of the hinge; reference 10
+    beta: float = 0.1  # L1 weight, also the shrinkage threshold; reference 0.1
+    gamma: float = 1.0  # weight of the autoencoder (realism) term; reference 100
+    c_init: float = 10.0  # initial loss constant of the binary search; reference 10
+    search_steps: int = 3  # binary-search rounds; reference 9
+    iterations: int = 40  # FISTA iterations per round; reference 1000. 3 × 40 scored as 4 × 50 on validation digits
+    lr: float = 0.01  # initial step size, decayed as (1 - k/K)^0.5; reference 0.01 with the same decay
+    hinge: str = "targeted"  # "targeted": toward the target; "pn": away from the query class (reference)
+    success: str = "positive"  # an iterate counts when its hinge margin is > 0 ("positive") or ≥ κ ("kappa", reference)
+    patience: int = 0  # stop a round once no image's best iterate or loss improved for this many iterations; 0: never
 
     def __post_init__(self) -> None:
         for name in ("kappa", "beta", "gamma"):
@@ -40,6 +54,16 @@ class CEMConfig:
         positive("lr", self.lr)
         positive("search_steps", self.search_steps, integer=True)
         positive("iterations", self.iterations, integer=True)
+        one_of("hinge", self.hinge, HINGES)
+        one_of("success", self.success, SUCCESS_RULES)
+        if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 0:
+            raise InputError(f"patience must be an int >= 0 (0: run every iteration), got {self.patience!r}.")
+
+
+CEM_REFERENCE = CEMConfig(kappa=10.0, beta=0.1, gamma=100.0, c_init=10.0, search_steps=9, iterations=1000,
+                          hinge="pn", success="kappa")
+"""The reference code's MNIST settings (IBM CEM README; AIX360's CEM MNIST test): 9 binary-search rounds of 1000
+FISTA iterations, κ = 10, γ = 100, β = 0.1, the pertinent-negative hinge, success at margin κ."""
 
 
 def target_margin(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -49,6 +73,11 @@ def target_margin(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     others = logits.clone()
     others[rows, target] = float("-inf")
     return target_logit - others.max(1).values
+
+
+def hinge_margin(logits: torch.Tensor, target: torch.Tensor, source: torch.Tensor, hinge: str) -> torch.Tensor:
+    """The margin the hinge asks to reach κ: Z_t − max_{j≠t} Z_j ("targeted") or max_{j≠o} Z_j − Z_o ("pn")."""
+    return target_margin(logits, target) if hinge == "targeted" else -target_margin(logits, source)
 
 
 class CEM(CounterfactualMethod):
@@ -62,43 +91,60 @@ class CEM(CounterfactualMethod):
         self.autoencoder = autoencoder.to(self.device).eval()
         self.config = config
 
-    def _smooth_loss(self, x: torch.Tensor, delta: torch.Tensor, target: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    def _smooth_loss(self, x: torch.Tensor, delta: torch.Tensor, target: torch.Tensor, source: torch.Tensor,
+                     c: torch.Tensor) -> torch.Tensor:
         """The differentiable part, per image: c·hinge + ‖δ‖² + γ·AE reconstruction error."""
         x_pn = x + delta
-        hinge = (self.config.kappa - target_margin(self.classifier(x_pn), target)).clamp(min=0)
+        margin = hinge_margin(self.classifier(x_pn), target, source, self.config.hinge)
+        hinge = (self.config.kappa - margin).clamp(min=0)
         l2 = delta.flatten(1).pow(2).sum(1)
         loss = c * hinge + l2
         if self.config.gamma > 0:
             loss = loss + self.config.gamma * (x_pn - self.autoencoder(x_pn)).flatten(1).pow(2).sum(1)
         return loss
 
+    def succeeded(self, logits: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """Whether each iterate counts as a pertinent negative under ``config.success``."""
+        margin = hinge_margin(logits, target, source, self.config.hinge)
+        return margin >= self.config.kappa if self.config.success == "kappa" else margin > 0
+
     def _fista(
-        self, x: torch.Tensor, target: torch.Tensor, c: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One round at fixed constants: the sparsest valid δ per image, its elastic-net distance (inf when
-        no iterate was valid), and the last iterate."""
+        self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """One round at fixed constants: the sparsest successful δ per image, its elastic-net distance (inf
+        when no iterate succeeded), the last iterate, and the iterations run (fewer with ``patience``)."""
         cfg = self.config
         ceiling = 1 - x
         delta = torch.zeros_like(x)
         slack = torch.zeros_like(x)
         best = torch.zeros_like(x)
         best_distance = torch.full((len(x),), float("inf"), device=x.device)
+        best_loss = torch.full((len(x),), float("inf"), device=x.device)
+        last_change = torch.zeros(len(x), dtype=torch.long, device=x.device)
         for k in range(cfg.iterations):
             lr = cfg.lr * (1 - k / cfg.iterations) ** 0.5
             slack.requires_grad_(True)
             with torch.enable_grad():
-                grad, = torch.autograd.grad(self._smooth_loss(x, slack, target, c).sum(), slack)
+                loss = self._smooth_loss(x, slack, target, source, c)
+                grad, = torch.autograd.grad(loss.sum(), slack)
             step = slack.detach() - lr * grad
             new_delta = torch.minimum((step - cfg.beta).clamp(min=0), ceiling)  # S_β then the box 0 ≤ δ ≤ 1 − x
             slack = torch.minimum((new_delta + k / (k + 3) * (new_delta - delta)).clamp(min=0), ceiling)
             delta = new_delta
             with torch.inference_mode():
-                valid = target_margin(self.classifier(x + delta), target) > 0
+                valid = self.succeeded(self.classifier(x + delta), target, source)
                 distance = cfg.beta * delta.flatten(1).sum(1) + delta.flatten(1).pow(2).sum(1)
                 better = valid & (distance < best_distance)
                 best[better] = delta[better]
                 best_distance[better] = distance[better]
-        return best, best_distance, delta
+                if cfg.patience:
+                    # settled: neither a sparser success nor a loss 0.1 % below the best so far, for `patience` steps
+                    moved = better | (loss.detach() < best_loss * (1 - 1e-3))
+                    best_loss = torch.minimum(best_loss, loss.detach())
+                    last_change = torch.where(moved, k, last_change)
+                    if k - last_change.max().item() >= cfg.patience:
+                        return best, best_distance, delta, k + 1
+        return best, best_distance, delta, cfg.iterations
 
     def _explain_batch(
         self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor
@@ -111,8 +157,10 @@ class CEM(CounterfactualMethod):
         best_distance = torch.full((n,), float("inf"), device=x.device)
         best_constant = torch.full((n,), float("nan"), device=x.device)
         last = torch.zeros_like(x)
+        iterations = 0
         for _ in range(cfg.search_steps):
-            delta, distance, last_round = self._fista(x, target, c)
+            delta, distance, last_round, ran = self._fista(x, target, source, c)
+            iterations += ran
             success = distance.isfinite()
             improve = distance < best_distance  # keep the sparsest valid δ over all rounds
             best[improve] = delta[improve]
@@ -124,4 +172,5 @@ class CEM(CounterfactualMethod):
             c = torch.where(upper < NEVER, (lower + upper) / 2, c * 10)
         found = best_distance.isfinite()
         delta = torch.where(found[:, None, None, None], best, last)
-        return x + delta, {"constant": best_constant, "found": found}
+        return x + delta, {"constant": best_constant, "found": found,
+                           "iterations": torch.full((n,), iterations, dtype=torch.long)}

@@ -210,7 +210,8 @@ def fit_denoiser(model: LatentUNet, config: TrainConfig, max_steps: int | None =
 def guided_noise(unet: nn.Module, z: torch.Tensor, t: torch.Tensor | int, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(ε_cond, ε_uncond) from one batched call: the batch twice, once with ``labels``, once with the null class."""
-    t = torch.as_tensor(t).expand(len(z)) if torch.as_tensor(t).dim() == 0 else t
+    t = torch.as_tensor(t, device=z.device)  # a scheduler's timesteps live on the CPU
+    t = t.expand(len(z)) if t.dim() == 0 else t
     both = unet(torch.cat([z, z]), torch.cat([t, t]), torch.cat([labels, torch.full_like(labels, NULL_CLASS)]))
     return both.chunk(2)
 
