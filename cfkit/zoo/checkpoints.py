@@ -87,6 +87,11 @@ def gan_specs() -> list[ModelSpec]:
     ]
 
 
+C3LT_EPOCHS = 200
+"""The C3LT code's MNIST training length (about 9,000 steps a pair; the first generation had 5 epochs)."""
+EXPGAN_EPOCHS = 30
+"""ExplainGAN until its validity and oracle agreement stop rising (the first generation had 5 epochs)."""
+
 PAIR_FAMILIES = ("c3lt", "expgan")
 """Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``."""
 
@@ -102,13 +107,16 @@ def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
     if family == "c3lt":
         return ModelSpec(pair_name(family, (q, t)), lambda: C3LTMaps((q, t)), fit_c3lt, c3lt_test_validity,
                          "test_validity", True,
-                         TrainConfig(epochs=5, seed=40, lr=1e-3, digits=(q, t), cosine=False, halve_every=2), 0.95,
-                         f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder", command)
+                         # the C3LT code's schedule: 200 epochs, StepLR(25, 0.5), pixel L1 on [-1, 1]
+                         TrainConfig(epochs=C3LT_EPOCHS, seed=40, lr=1e-3, digits=(q, t), cosine=False, halve_every=25),
+                         0.95, f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder "
+                         "(reference schedule, pixel L1 on [-1, 1])", command)
     if family == "expgan":
         return ModelSpec(pair_name(family, (q, t)), lambda: ExplainGAN((q, t)), fit_expgan, expgan_test_validity,
                          "test_validity", True,
-                         TrainConfig(epochs=5, seed=50, lr=2e-4, batch_size=64, digits=(q, t), cosine=False), 0.95,
-                         f"ExplainGAN generator (digit + mask) and critic for {q}<->{t}", command)
+                         TrainConfig(epochs=EXPGAN_EPOCHS, seed=50, lr=2e-4, batch_size=64, digits=(q, t),
+                                     cosine=False), 0.99,
+                         f"ExplainGAN generator (digit + mask, binary-mask prior) and critic for {q}<->{t}", command)
     raise CheckpointError(f"unknown pair family {family!r}; known: {', '.join(PAIR_FAMILIES)}.")
 
 
@@ -264,20 +272,30 @@ def train(
     max_steps: int | None = None,
     check_quality: bool = True,
     progress: bool = True,
+    device: str = "cpu",
+    on_step: Callable[[nn.Module, int], None] | None = None,
 ) -> dict:
     """Train ``name`` from its seed, check its quality, save it and its manifest entry atomically.
 
-    ``epochs``/``max_steps`` shorten the run (smoke tests); the manifest records what was done.
+    ``epochs``/``max_steps`` shorten the run (smoke tests); the manifest records what was done. ``device``
+    ("cuda") trains there; the quality figure is always measured on the CPU. ``on_step(model, step)`` runs after
+    every optimiser step (training curves; C3LT and ExpGAN only).
     """
     spec = get_spec(name)
-    config = spec.config if epochs is None else TrainConfig(**{**asdict(spec.config), "epochs": epochs})
+    overrides = {"device": device, **({} if epochs is None else {"epochs": epochs})}
+    config = TrainConfig(**{**asdict(spec.config), **overrides})
     directory = Path(directory or CHECKPOINT_DIR)
     torch.manual_seed(config.seed)
     model = spec.build()
     start = time.perf_counter()
-    steps = spec.fit(model, config, max_steps=max_steps, progress=progress, desc=name)
+    hooks = {}
+    if on_step is not None:
+        counter = iter(range(1, 10**9))
+        hooks["after_step"] = lambda: on_step(model, next(counter))
+    steps = spec.fit(model, config, max_steps=max_steps, progress=progress, desc=name, **hooks)
     seconds = time.perf_counter() - start
-    model.eval()
+    model.to("cpu").eval()
+    config = TrainConfig(**{**asdict(config), "device": "cpu"})
     quality = {spec.metric: round(spec.measure(model, config), 6)}
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
@@ -303,7 +321,8 @@ def train(
         "parameters": sum(p.numel() for p in model.parameters()),
         "description": spec.description,
         "torch": torch.__version__,
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads"
+                   + (f", {torch.cuda.get_device_name(device)}" if str(device).startswith("cuda") else ""),
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     manifest = read_manifest(directory)
@@ -313,8 +332,9 @@ def train(
     return entry
 
 
-def train_pairs(family: str, pairs: list[tuple[int, int]], directory: str | Path, progress: bool = True) -> Path:
+def train_pairs(family: str, pairs: list[tuple[int, int]], directory: str | Path, progress: bool = True,
+                device: str = "cpu") -> Path:
     """Retrain ``family``'s model for each pair into ``directory`` (with its own manifest); return it."""
     for pair in pairs:
-        train(pair_name(family, pair), directory=directory, progress=progress)
+        train(pair_name(family, pair), directory=directory, progress=progress, device=device)
     return Path(directory)

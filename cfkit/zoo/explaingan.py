@@ -7,14 +7,16 @@ the mask is on: x′ = m·T_t(x) + (1 − m)·x. Trained on both directions at o
     cls   = NLL(t | x′) for queries of q, NLL(q | x′) for images of t
     rec   = L1(T_q(x), x) for x of q and L1(T_t(x), x) for x of t: each decoder must also
             reproduce digits of its own class, which ties the transformed digit to the query
-    mask  = mean(m) (sparsity) and smoothness(m)
+    mask  = mean(m) (size), smoothness(m), and ExplainGAN's binary-mask prior min(m, 1 − m) (entropy),
+            which drives the mask to 0 or 1 so the composite is never a half-transparent blend
     adv   = a two-headed critic (real q? real t?) calls the composites real digits of their class
-    loss  = cls + λ_rec·rec + λ_size·mean(m) + λ_smooth·smoothness(m) + λ_adv·adv
+    loss  = cls + λ_rec·rec + λ_size·mean(m) + λ_smooth·smoothness(m) + λ_entropy·entropy(m) + λ_adv·adv
 
 The critic trains against real digits of each class with the usual discriminator loss.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +24,7 @@ from torch import nn
 
 from ..data import load_mnist
 from .gan import Discriminator
-from .losses import critic_loss, looks_real, smoothness, target_nll
+from .losses import binary_entropy, critic_loss, looks_real, smoothness, target_nll
 from .training import TrainConfig, pair_batches, pair_schedule
 
 
@@ -90,6 +92,7 @@ class ExplainGANWeights:
     reconstruction: float = 1.0
     size: float = 0.5  # mean mask value
     smooth: float = 1.0  # mask smoothness
+    entropy: float = 1.0  # binary-mask prior min(m, 1 − m); 0 was the kit's first setting (blotchy soft masks)
     adversarial: float = 1.0
 
 
@@ -98,7 +101,7 @@ def generator_terms(model: ExplainGAN, classifier: nn.Module, x_query: torch.Ten
     """Every generator term for one batch of each class, and their weighted sum ``total``."""
     labels = model.pair.tolist()
     g = model.generator
-    terms = {"cls": 0.0, "rec": 0.0, "size": 0.0, "smooth": 0.0, "adv": 0.0}
+    terms = {"cls": 0.0, "rec": 0.0, "size": 0.0, "smooth": 0.0, "entropy": 0.0, "adv": 0.0}
     composites = []
     for side, x in ((0, x_query), (1, x_target)):
         other = 1 - side
@@ -108,19 +111,22 @@ def generator_terms(model: ExplainGAN, classifier: nn.Module, x_query: torch.Ten
         terms["rec"] = terms["rec"] + (g.reconstruct(x, side) - x).abs().mean() / 2
         terms["size"] = terms["size"] + mask.mean() / 2
         terms["smooth"] = terms["smooth"] + smoothness(mask) / 2
+        terms["entropy"] = terms["entropy"] + binary_entropy(mask) / 2
         terms["adv"] = terms["adv"] + looks_real(model.critic(x_cf, other)) / 2
     terms["total"] = (terms["cls"] + w.reconstruction * terms["rec"] + w.size * terms["size"]
-                      + w.smooth * terms["smooth"] + w.adversarial * terms["adv"])
+                      + w.smooth * terms["smooth"] + w.entropy * terms["entropy"] + w.adversarial * terms["adv"])
     terms["composites"] = composites
     return terms
 
 
 def fit_expgan(model: ExplainGAN, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-               desc: str = "", weights: ExplainGANWeights = ExplainGANWeights()) -> int:
+               desc: str = "", weights: ExplainGANWeights = ExplainGANWeights(),
+               after_step: Callable[[], None] | None = None) -> int:
     """Alternate critic and generator steps over paired batches (Adam, β = (0.5, 0.999))."""
     from .checkpoints import load
 
-    classifier = load("classifier")
+    classifier = load("classifier", device=config.device)
+    model.to(config.device)
     opt_g = torch.optim.Adam(model.generator.parameters(), lr=config.lr, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(model.critic.parameters(), lr=config.lr, betas=(0.5, 0.999))
     schedules = [pair_schedule(opt, config, max_steps) for opt in (opt_g, opt_d)]
@@ -141,6 +147,8 @@ def fit_expgan(model: ExplainGAN, config: TrainConfig, max_steps: int | None = N
             if schedule is not None:
                 schedule.step()
         step += 1
+        if after_step is not None:
+            after_step()
     model.eval()
     return step
 

@@ -15,6 +15,7 @@ Training, per batch of q images x₁ and t images x₂ (weights as in the C3LT c
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -68,12 +69,14 @@ class C3LTWeights:
     smooth: float = 10.0  # p1: mask smoothness inside the proximity term
     entropy: float = 1.0  # p2: mask entropy inside the proximity term
     steps: int = 1  # map steps per translation
+    pixel_scale: float = 1.0  # pixel-L1 terms are measured on [0, 1] images; 2.0 measures them on the C3LT code's
+    # [-1, 1] range (the reference), where every pixel distance is twice as large
 
 
 def proximity(x: torch.Tensor, x_cf: torch.Tensor, w: C3LTWeights) -> torch.Tensor:
     """Pixel L1 plus smoothness and entropy of the normalised squared-difference mask."""
-    mask = difference_mask(x, x_cf)
-    return (F.l1_loss(x_cf, x) + w.smooth * smoothness(mask) + w.entropy * binary_entropy(mask)) / (
+    mask = difference_mask(x, x_cf)  # normalised per image: the same on either pixel range
+    return (w.pixel_scale * F.l1_loss(x_cf, x) + w.smooth * smoothness(mask) + w.entropy * binary_entropy(mask)) / (
         1 + w.smooth + w.entropy)
 
 
@@ -85,10 +88,10 @@ def classifier_features(classifier: nn.Module, x: torch.Tensor) -> list[torch.Te
     return [first, second]
 
 
-def perceptual(classifier: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """L1 between images and between their classifier features, averaged over the three."""
+def perceptual(classifier: nn.Module, x: torch.Tensor, y: torch.Tensor, pixel_scale: float = 1.0) -> torch.Tensor:
+    """L1 between images (times ``pixel_scale``) and between their classifier features, averaged over the three."""
     terms = [F.l1_loss(a, b) for a, b in zip(classifier_features(classifier, x), classifier_features(classifier, y))]
-    return (sum(terms) + F.l1_loss(x, y)) / (len(terms) + 1)
+    return (sum(terms) + pixel_scale * F.l1_loss(x, y)) / (len(terms) + 1)
 
 
 def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, frozen: dict[str, nn.Module],
@@ -105,7 +108,8 @@ def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, fro
     terms = {
         "cls": (target_nll(classifier, x1_cf, target) + target_nll(classifier, x2_cf, query)) / 2,
         "prox": (proximity(x_query, x1_cf, w) + proximity(x_target, x2_cf, w)) / 2,
-        "cycle": (perceptual(classifier, x_query, x1_cycle) + perceptual(classifier, x_target, x2_cycle)
+        "cycle": (perceptual(classifier, x_query, x1_cycle, w.pixel_scale)
+                  + perceptual(classifier, x_target, x2_cycle, w.pixel_scale)
                   + F.l1_loss(z1_cycle, z1) + F.l1_loss(z2_cycle, z2)) / 4,
         "adv": sum(looks_real(critic(x)) for x in (x1_cf, x2_cf, x1_cycle, x2_cycle)) / 4,
     }
@@ -113,24 +117,29 @@ def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, fro
     return terms
 
 
-def frozen_c3lt_parts() -> dict[str, nn.Module]:
+def frozen_c3lt_parts(device: str = "cpu") -> dict[str, nn.Module]:
     """The shipped G, D, E and classifier, frozen, in eval mode."""
     from .checkpoints import load
 
-    gan = load("dcgan")
-    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": load("encoder"),
-            "classifier": load("classifier")}
+    gan = load("dcgan", device=device)
+    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": load("encoder", device=device),
+            "classifier": load("classifier", device=device)}
+
+
+REFERENCE_WEIGHTS = C3LTWeights(pixel_scale=2.0)
+"""The C3LT code's loss weights with its pixel range [-1, 1] (twice the pixel-L1 distances of [0, 1])."""
 
 
 def fit_c3lt(maps: C3LTMaps, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-             desc: str = "", weights: C3LTWeights = C3LTWeights()) -> int:
+             desc: str = "", weights: C3LTWeights = REFERENCE_WEIGHTS,
+             after_step: Callable[[], None] | None = None) -> int:
     """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs."""
-    frozen = frozen_c3lt_parts()
+    frozen = frozen_c3lt_parts(config.device)
 
     def loss(model: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor) -> torch.Tensor:
         return c3lt_loss(model, x_query, x_target, frozen, weights)["total"]
 
-    return fit_loop(maps, loss, config, max_steps, progress, desc, paired=True)
+    return fit_loop(maps, loss, config, max_steps, progress, desc, paired=True, after_step=after_step)
 
 
 @torch.inference_mode()

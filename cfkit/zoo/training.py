@@ -27,6 +27,7 @@ class TrainConfig:
     digits: tuple[int, ...] | None = None
     cosine: bool = True
     halve_every: int = 0  # epochs between learning-rate halvings (C3LT's step schedule); 0: never
+    device: str = "cpu"  # where the model and batches live ("cuda" on a GPU); recorded, but never changes the result's meaning
 
 
 def set_seed(seed: int) -> torch.Generator:
@@ -42,9 +43,11 @@ def batches(config: TrainConfig, max_steps: int | None, progress: bool, desc: st
     generator = set_seed(config.seed)
     total = total_steps(config, max_steps)
     step = 0
+    x, y = x.to(config.device), y.to(config.device)
     with tqdm(total=total, desc=desc, disable=not progress, unit="step") as bar:
         while step < total:
             for batch in torch.randperm(len(x), generator=generator).split(config.batch_size):
+                batch = batch.to(config.device)
                 yield x[batch], y[batch]
                 step += 1
                 bar.update(1)
@@ -65,7 +68,7 @@ def pair_batches(config: TrainConfig, max_steps: int | None, progress: bool, des
     An epoch is one pass over the query class; the target class is reshuffled whenever it runs out.
     """
     query, target = config.digits
-    xq, xt = load_mnist("train", digits=(query,))[0], load_mnist("train", digits=(target,))[0]
+    xq, xt = (load_mnist("train", digits=(d,))[0].to(config.device) for d in (query, target))
     generator = set_seed(config.seed)
     total = pair_steps(config, max_steps)
 
@@ -73,7 +76,7 @@ def pair_batches(config: TrainConfig, max_steps: int | None, progress: bool, des
         while True:
             for batch in torch.randperm(len(x), generator=generator).split(config.batch_size):
                 if len(batch) == config.batch_size:
-                    yield x[batch]
+                    yield x[batch.to(config.device)]
 
     query_stream, target_stream = stream(xq), stream(xt)
     for _ in tqdm(range(total), desc=desc, disable=not progress, unit="step"):
@@ -117,6 +120,7 @@ def fit_loop(
     ``(a, b)`` are (images, labels), or with ``paired`` a batch of each class of ``config.digits``;
     ``after_step`` runs after every optimiser step (an EMA update, say).
     """
+    model.to(config.device)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     if paired:
         stream, schedule = pair_batches(config, max_steps, progress, desc), pair_schedule(optimiser, config, max_steps)
