@@ -1,4 +1,5 @@
-"""The ``cfkit`` command: ``data``, ``train``, ``calibrate``, ``run``, ``table``, ``sweep`` and ``reproduce``."""
+"""The ``cfkit`` command: ``data``, ``train``, ``calibrate``, ``faithfulness``, ``run``, ``table``, ``sweep`` and
+``reproduce``."""
 from __future__ import annotations
 
 import argparse
@@ -93,6 +94,28 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
+def _cmd_faithfulness(args: argparse.Namespace) -> None:
+    """The study's rows (or, with --train, a family's retraining and its curve) into a CSV."""
+    from . import faithfulness
+    from .data import PAIRS, ensure_mnist
+
+    ensure_mnist(verbose=False)
+    pairs = PAIRS if args.pairs is None else args.pairs
+    if args.merge:
+        rename = {path: suffix for path, suffix in args.suffix}
+        print(f"written to {faithfulness.write_csv(faithfulness.merge(args.merge, rename), args.csv)}")
+        return
+    if args.train:
+        steps = [int(s) for s in args.curve_steps.split(",") if s.strip()]
+        rows = faithfulness.train_with_curve(args.train, pairs, args.train_dir, steps, args.n_queries, args.device,
+                                             max_steps=args.max_steps, check_quality=not args.no_gate)
+    else:
+        methods = None if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
+        settings = faithfulness.study_settings(methods, cem_patience=args.cem_patience)
+        rows = faithfulness.run_study(settings, pairs, args.n_queries, device=args.device, csv_path=args.csv)
+    print(f"written to {faithfulness.write_csv(rows, args.csv)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cfkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +166,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default=None, help="runs folder holding the 01_adversarial and 10_metrics sets")
     p.add_argument("-j", "--jobs", type=int, default=2, help="autoencoders trained at once (default 2)")
     p.set_defaults(func=_cmd_calibrate)
+
+    p = sub.add_parser("faithfulness", help="every method at the kit's and the reference settings on the study "
+                                            "subset, with budget curves: a CSV (notebook 12 shows it)")
+    p.add_argument("--methods", default=None, help="comma-separated methods (default all six)")
+    p.add_argument("--pairs", default=None, help="e.g. '4->9,3->8' (default the protocol's three)")
+    p.add_argument("-n", "--n-queries", type=int, default=100, help="study queries per pair (default 100)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the reference CEM needs hours on 2 CPU cores)")
+    p.add_argument("--cem-patience", type=int, default=0, help="CEM early stopping for the curve points (0: none)")
+    p.add_argument("--train", default=None, choices=("c3lt", "expgan"),
+                   help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
+    p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")
+    p.add_argument("--curve-steps", default="225,1000,3000,6000", help="with --train: snapshot steps")
+    p.add_argument("--max-steps", type=int, default=None, help="with --train: stop early (smoke runs)")
+    p.add_argument("--no-gate", action="store_true",
+                   help="with --train: register a model that misses its quality threshold (to study it)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="CSV",
+                   help="instead: merge these study CSVs into --csv (a mean row where a setting has only pairs)")
+    p.add_argument("--suffix", nargs=2, action="append", default=[], metavar=("CSV", "SUFFIX"),
+                   help="with --merge: append SUFFIX to the settings of CSV (e.g. ' (GPU)')")
+    p.add_argument("--csv", default="results/faithfulness.csv", help="output CSV")
+    p.set_defaults(func=_cmd_faithfulness)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
     p.add_argument("-j", "--jobs", type=int, default=1,

@@ -241,3 +241,40 @@ def comparison_matrix(comparisons: list[dict], labels: dict[str, str], metrics: 
         ax.set_title(f"{metric}: row − column ({pair}); * 95 % CI excludes 0", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+STUDY_METRICS = (("im1", "IM1 ↓"), ("fid", "kit-FID ↓"), ("validity", "validity ↑"), ("proximity", "proximity ↓"),
+                 ("seconds_per_cf", "s / CF"))
+
+
+def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Figure:
+    """The faithfulness study (mean rows): one row of panels per method with more than two settings, each metric
+    over the method's budget (log scale). Curve points are lines; ``kit`` is a circle, ``reference`` a star;
+    IM1 and FID carry their 95 % intervals."""
+    means = [r for r in rows if r["pair"] == "mean" and r["budget"] == r["budget"]]
+    methods = [m for m in dict.fromkeys(r["method"] for r in means)
+               if len({r["setting"] for r in means if r["method"] == m}) > 2]
+    fig, axes = plt.subplots(max(1, len(methods)), len(STUDY_METRICS), figsize=(2.6 * len(STUDY_METRICS),
+                             2.1 * max(1, len(methods))), squeeze=False)
+    for ax_row, method in zip(axes, methods):
+        points = sorted((r for r in means if r["method"] == method), key=lambda r: r["budget"])
+        curve = [r for r in points if r["setting"] != "kit"]
+        for ax, (metric, title) in zip(ax_row, STUDY_METRICS):
+            xs = [r["budget"] for r in curve if r.get(metric) is not None]
+            ax.plot(xs, [r[metric] for r in curve if r.get(metric) is not None], "-", color="tab:blue", marker=".",
+                    lw=1)
+            for r in points:
+                if r.get(metric) is None or r["setting"] not in ("kit", "reference"):
+                    continue
+                low, high = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
+                error = None if low is None or high is None else [[r[metric] - low], [high - r[metric]]]
+                ax.errorbar([r["budget"]], [r[metric]], yerr=error, fmt="o" if r["setting"] == "kit" else "*",
+                            color="tab:orange" if r["setting"] == "kit" else "tab:red", ms=7, capsize=2,
+                            label=r["setting"])
+            ax.set_xscale("log")
+            ax.tick_params(labelsize=7)
+            ax.set_title(f"{(labels or {}).get(method, method)}: {title}", fontsize=8)
+            ax.set_xlabel(points[0].get("budget_unit") or "budget", fontsize=7)
+        ax_row[0].legend(fontsize=6)
+    fig.tight_layout()
+    return fig

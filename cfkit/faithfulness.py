@@ -1,0 +1,364 @@
+"""The faithfulness study: every method at the kit's settings and at its paper's / public code's settings.
+
+On one fixed subset (the first ``n_queries`` MNIST test images of each protocol pair's query class, the
+same queries for every method), each :class:`Setting` is run and scored in the kit's metrics; budget
+curves (CEM's FISTA iterations, LDCE's denoising steps, the training steps of C3LT's maps and ExplainGAN)
+show whether a cheaper setting has converged to the reference. Rows are the mean over pairs with the
+bootstrap interval of IM1 and kit-FID, plus one row per pair (``pair`` column).
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .data import PAIRS, pair_name
+from .errors import InputError
+from .evaluation import parse_pairs, protocol_queries, reference_images
+from .methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
+from .methods.base import CounterfactualMethod, Result
+from .methods.c3lt import C3LT
+from .methods.cem import CEM_REFERENCE, CEM, CEMConfig
+from .methods.cve import CVE_KIT, CVE_REFERENCE, CVE
+from .methods.expgan import ExpGAN
+from .methods.ldce import LDCE_KIT, LDCE_REFERENCE, LDCE, LDCEConfig
+from .metrics import MetricModels, evaluate_pair, mean_row
+from .paths import CHECKPOINT_DIR, atomic_write_text
+
+COLUMNS = ("method", "setting", "budget", "n", "im1", "im2", "fid", "validity", "proximity", "seconds_per_cf",
+           "pair", "im1_lo", "im1_hi", "fid_lo", "fid_hi", "oracle_agreement", "budget_unit", "budget_run", "device")
+"""``results/faithfulness.csv``: the issue's columns first, then the pair, intervals, the budget actually spent
+(``budget_run``: fewer FISTA iterations than ``budget`` when CEM stopped early) and where it ran."""
+
+FIRST_GENERATION_DIR = CHECKPOINT_DIR / "first_generation"
+"""The kit's first C3LT maps (225 steps) and ExplainGANs (5 epochs, no binary-mask prior): the ``kit`` rows."""
+
+Build = Callable[[nn.Module, str], CounterfactualMethod]  # (classifier, device) -> method
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the study: a method, the setting's name, its budget on the method's budget axis."""
+
+    method: str
+    setting: str
+    budget: float
+    unit: str
+    build: Build
+    spent: Callable[[Result], float] | None = None  # the budget actually used (CEM's early stopping)
+
+
+def _cem(config: CEMConfig) -> Build:
+    from .zoo.checkpoints import load
+
+    return lambda classifier, device: CEM(classifier, load("ae_all", device=device), config, device=device,
+                                          batch_size=128)
+
+
+def _ldce(config: LDCEConfig) -> Build:
+    return lambda classifier, device: LDCE(classifier, config, device=device)
+
+
+def _fista_iterations(result: Result) -> float:
+    return result.extras["iterations"].float().mean().item()
+
+
+def cem_settings(budgets: Sequence[int] = (50, 200, 1000), patience: int = 0) -> list[Setting]:
+    """The kit's CEM, the reference (9 × 1000) and the reference's hinge, κ, γ at fewer iterations a round;
+    ``patience`` > 0 stops a round early once every image's best iterate has settled (``budget_run``)."""
+    kit = CEMConfig()
+    rows = [Setting("cem", "kit", kit.search_steps * kit.iterations, "FISTA iterations", _cem(kit),
+                    _fista_iterations)]
+    for iterations in budgets:
+        config = replace(CEM_REFERENCE, iterations=iterations, patience=patience)
+        name = "reference" if iterations == CEM_REFERENCE.iterations else f"reference@{iterations}"
+        rows.append(Setting("cem", name, config.search_steps * iterations, "FISTA iterations", _cem(config),
+                            _fista_iterations))
+    return rows
+
+
+def ldce_settings(steps: Sequence[int] = (100, 250, 500)) -> list[Setting]:
+    """The kit's LDCE and the reference (α 40°, strength 0.342, gradient through the denoiser) at DDIM
+    schedules of ``steps`` (500 is the paper's; the budget is the denoising steps actually run)."""
+    kit = LDCE_KIT
+    rows = [Setting("ldce", "kit", kit.denoising_steps, "denoising steps", _ldce(kit))]
+    for total in steps:
+        config = replace(LDCE_REFERENCE, steps=total)
+        name = "reference" if config == LDCE_REFERENCE else f"reference@{config.denoising_steps}"
+        rows.append(Setting("ldce", name, config.denoising_steps, "denoising steps", _ldce(config)))
+    return rows
+
+
+def fixed_settings() -> list[Setting]:
+    """Adv. Attack and CVE, whose reference differs in kind (radius, search), not in budget."""
+    kit_attack, kit_cve = ATTACK_KIT, CVE_KIT
+    return [
+        Setting("adv_attack", "kit", kit_attack.steps, "PGD steps",
+                lambda c, d: AdversarialAttack(c, kit_attack, device=d)),
+        Setting("adv_attack", "reference", ATTACK_REFERENCE.steps, "PGD steps",
+                lambda c, d: AdversarialAttack(c, ATTACK_REFERENCE, device=d)),
+        Setting("cve", "kit", kit_cve.max_cells, "cells", lambda c, d: CVE(c, kit_cve, device=d)),
+        Setting("cve", "reference", CVE_REFERENCE.max_cells, "cells", lambda c, d: CVE(c, CVE_REFERENCE, device=d)),
+    ]
+
+
+def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Setting]:
+    """C3LT and ExpGAN: the first-generation checkpoints (``kit``) against the shipped, retrained ones
+    (``reference``); the budget is the training steps from each manifest."""
+    from .zoo.checkpoints import pair_name as model_name
+    from .zoo.checkpoints import read_manifest
+
+    rows = []
+    for family, cls in (("c3lt", C3LT), ("expgan", ExpGAN)):
+        for setting, directory in (("kit", FIRST_GENERATION_DIR), ("reference", None)):
+            manifest = read_manifest(directory)
+            steps = [manifest.get(model_name(family, p), {}).get("steps") for p in pairs]
+            budget = sum(steps) / len(steps) if all(steps) else float("nan")
+            rows.append(Setting(family, setting, budget, "training steps",
+                                lambda c, d, cls=cls, directory=directory: cls(c, pair_dir=directory, device=d)))
+    return rows
+
+
+def snapshot_setting(family: str, step: int, models: dict[tuple[int, int], nn.Module]) -> Setting:
+    """A training snapshot of C3LT or ExpGAN (in memory, one model per pair) as a point of the curve."""
+    cls = {"c3lt": C3LT, "expgan": ExpGAN}[family]
+    frozen = {pair: copy.deepcopy(model).cpu().eval() for pair, model in models.items()}
+    return Setting(family, f"reference@{step}", step, "training steps",
+                   lambda c, d: cls(c, models=frozen, device=d))
+
+
+def study_settings(methods: Iterable[str] | None = None, cem_budgets: Sequence[int] = (50, 200, 1000),
+                   ldce_steps: Sequence[int] = (100, 250, 500), cem_patience: int = 0) -> list[Setting]:
+    """Every setting of the study (``methods`` keeps some): kit and reference rows, and the budget curves."""
+    every = (fixed_settings() + cem_settings(cem_budgets, cem_patience) + ldce_settings(ldce_steps)
+             + pair_model_settings())
+    if methods is None:
+        return every
+    wanted = set(methods)
+    unknown = wanted - {s.method for s in every}
+    if unknown:
+        raise InputError(f"no study settings for {sorted(unknown)}; the study covers "
+                         f"{', '.join(sorted({s.method for s in every}))}.")
+    return [s for s in every if s.method in wanted]
+
+
+def score_setting(setting: Setting, pairs: str | Iterable = PAIRS, n_queries: int = 100,
+                  models: MetricModels | None = None, device: str = "cpu", seed: int = 0) -> list[dict]:
+    """Run one setting on the study subset of each pair; a row per pair and their mean (IM1 and FID with
+    their 95 % bootstrap intervals)."""
+    models = models or MetricModels.from_zoo(inception=False)
+    method = setting.build(copy.deepcopy(models.classifier), device)  # the metrics keep theirs on the CPU
+    pair_rows, pair_reps = [], []
+    for pair in parse_pairs(pairs):
+        x, _ = protocol_queries(pair, n_queries)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+        seconds = time.perf_counter() - start
+        reps: dict[str, torch.Tensor] = {}
+        row = evaluate_pair(x, result.x_cf, pair[0], pair[1], reference_images(pair[1]), models,
+                            seconds=seconds, seed=seed, replicates=reps)
+        spent = setting.spent(result) if setting.spent else setting.budget
+        pair_rows.append({**row, "pair": pair_name(pair), "budget_run": spent})
+        pair_reps.append(reps)
+    mean = {**mean_row(pair_rows, pair_reps), "pair": "mean",
+            "budget_run": sum(r["budget_run"] for r in pair_rows) / len(pair_rows)}
+    return [_study_row(setting, row, device) for row in pair_rows + [mean]]
+
+
+def _study_row(setting: Setting, row: dict, device: str) -> dict:
+    values = {k: row.get(k) for k in COLUMNS if k in row}
+    return {**values, "method": setting.method, "setting": setting.setting, "budget": setting.budget,
+            "budget_unit": setting.unit, "device": device}
+
+
+def run_study(settings: Iterable[Setting], pairs: str | Iterable = PAIRS, n_queries: int = 100,
+              models: MetricModels | None = None, device: str = "cpu", seed: int = 0,
+              log: Callable[[str], None] | None = print, csv_path: str | Path | None = None) -> list[dict]:
+    """:func:`score_setting` for every setting; prints one line a setting as it finishes and, with ``csv_path``,
+    rewrites the CSV after each (a run stopped early keeps what it finished)."""
+    models = models or MetricModels.from_zoo(inception=False)
+    rows = []
+    for setting in settings:
+        scored = score_setting(setting, pairs, n_queries, models, device, seed)
+        rows += scored
+        if csv_path is not None:
+            write_csv(rows, csv_path)
+        if log is not None:
+            mean = scored[-1]
+            log(f"{setting.method} {setting.setting} ({setting.budget:g} {setting.unit}): IM1 {mean['im1']:.3f} "
+                f"FID {mean['fid']:.2f} validity {mean['validity']:.3f} {mean['seconds_per_cf']:.4f} s/CF")
+    return rows
+
+
+def write_csv(rows: list[dict], path: str | Path) -> Path:
+    """The study's rows as CSV, atomically; floats to 6 significant digits, missing values empty."""
+    lines = [",".join(COLUMNS)]
+    for row in rows:
+        cells = []
+        for column in COLUMNS:
+            value = row.get(column)
+            cells.append("" if value is None or value != value else f"{value:.6g}" if isinstance(value, float)
+                         else str(value))
+        lines.append(",".join(cells))
+    return atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_csv(path: str | Path) -> list[dict]:
+    """Rows of a study CSV with numbers parsed (empty cells: None)."""
+    text = ("method", "setting", "pair", "budget_unit", "device")  # every other column is a number
+    with open(path, newline="") as handle:
+        return [{k: (v if k in text else (float(v) if v else None)) for k, v in row.items()}
+                for row in csv.DictReader(handle)]
+
+
+def inside_reference(rows: list[dict], method: str, setting: str, metrics: Sequence[str] = ("im1", "fid")) -> bool:
+    """Whether ``setting``'s mean IM1 and kit-FID lie inside the reference setting's 95 % interval."""
+    means = {r["setting"]: r for r in rows if r["method"] == method and r["pair"] == "mean"}
+    if "reference" not in means or setting not in means:
+        raise InputError(f"{method} has no mean row for 'reference' and {setting!r} in these rows.")
+    reference, candidate = means["reference"], means[setting]
+    return all(reference[f"{m}_lo"] <= candidate[m] <= reference[f"{m}_hi"] for m in metrics)
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per method, the cheapest setting whose mean IM1 and kit-FID lie inside the reference's interval
+    (the reference itself when none does), and whether the kit setting does."""
+    out = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        means = [r for r in rows if r["method"] == method and r["pair"] == "mean"]
+        if not any(r["setting"] == "reference" for r in means):
+            continue
+        inside = [r for r in means if inside_reference(rows, method, r["setting"])]
+        cheapest = min(inside, key=lambda r: (r["seconds_per_cf"] or 0.0, r["budget"]))
+        out.append({"method": method, "kit_inside_reference": any(r["setting"] == "kit" for r in inside),
+                    "cheapest": cheapest["setting"], "cheapest_seconds_per_cf": cheapest["seconds_per_cf"]})
+    return out
+
+
+def train_with_curve(family: str, pairs: Iterable[tuple[int, int]], directory: str | Path,
+                     curve_steps: Sequence[int], n_queries: int = 100, device: str = "cpu",
+                     max_steps: int | None = None, models: MetricModels | None = None,
+                     log: Callable[[str], None] | None = print, check_quality: bool = True) -> list[dict]:
+    """Train ``family``'s model of every pair into ``directory`` (checkpoints and manifest, as ``cfkit train``),
+    keep a snapshot at each of ``curve_steps``, and score the snapshots on the study subset: the curve of
+    the metrics over training steps (a snapshot step past a pair's training length is left out)."""
+    from .zoo.checkpoints import pair_name as model_name
+    from .zoo.checkpoints import train
+
+    pairs = parse_pairs(pairs)
+    snapshots: dict[int, dict[tuple[int, int], nn.Module]] = {}
+    for pair in pairs:
+        def keep(model: nn.Module, step: int, pair: tuple[int, int] = pair) -> None:
+            if step in curve_steps:
+                snapshots.setdefault(step, {})[pair] = copy.deepcopy(model).cpu().eval()
+
+        entry = train(model_name(family, pair), directory=directory, device=device, max_steps=max_steps,
+                      on_step=keep, progress=False, check_quality=check_quality)
+        if log is not None:
+            log(f"{model_name(family, pair)}: {entry['steps']} steps in {entry['seconds']} s, {entry['quality']}")
+    complete = {step: m for step, m in sorted(snapshots.items()) if len(m) == len(pairs)}
+    return run_study([snapshot_setting(family, step, m) for step, m in complete.items()], pairs, n_queries,
+                     models, device, log=log)
+
+
+def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: MetricModels | None = None,
+               seed: int = 0) -> list[dict]:
+    """What C3LT's generator and encoder allow at best: G(E(x)) of ``n_queries`` real *training* digits of each
+    target class, no map applied, scored like a counterfactual set of the pair (kit-FID against the target's test
+    digits). A C3LT counterfactual cannot look more real than the reconstruction of a real target digit."""
+    from .data import load_mnist
+    from .zoo.checkpoints import load
+
+    models = models or MetricModels.from_zoo(inception=False)
+    generator, encoder = load("dcgan").generator, load("encoder")
+    pair_rows, pair_reps = [], []
+    for pair in parse_pairs(pairs):
+        x, _ = protocol_queries(pair, n_queries)
+        real = load_mnist("train", digits=(pair[1],))[0][: len(x)]
+        with torch.inference_mode():
+            reconstructed = generator(encoder(real))
+        reps: dict[str, torch.Tensor] = {}
+        row = evaluate_pair(x, reconstructed, pair[0], pair[1], reference_images(pair[1]), models, seed=seed,
+                            replicates=reps)
+        pair_rows.append({**row, "pair": pair_name(pair), "budget_run": None})
+        pair_reps.append(reps)
+    mean = {**mean_row(pair_rows, pair_reps), "pair": "mean", "budget_run": None}
+    floor = Setting("c3lt", "floor G(E(x))", float("nan"), "none", lambda c, d: None)
+    return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def to_markdown(rows: list[dict], pair: str = "mean") -> str:
+    """The study's rows of one pair (default the mean over pairs) as a markdown table, IM1 and FID with
+    their 95 % intervals."""
+    lines = ["| method | setting | budget | run | IM1 [95 % CI] | kit-FID [95 % CI] | validity | proximity | s/CF | device |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in rows if r["pair"] == pair):
+        im1 = f"{_cell(r['im1'])} [{_cell(r.get('im1_lo'))}, {_cell(r.get('im1_hi'))}]"
+        fid = f"{_cell(r['fid'], 2)} [{_cell(r.get('fid_lo'), 2)}, {_cell(r.get('fid_hi'), 2)}]"
+        lines.append(f"| {r['method']} | {r['setting']} | {_cell(r['budget'], 0)} {r.get('budget_unit') or ''} | "
+                     f"{_cell(r.get('budget_run'), 0)} | {im1} | {fid} | {_cell(r['validity'])} | "
+                     f"{_cell(r['proximity'])} | {_cell(r['seconds_per_cf'], 4)} | {r.get('device') or ''} |")
+    return "\n".join(lines)
+
+
+def recorded_numbers(rows: list[dict]) -> dict[str, float]:
+    """{'cem/kit/mean/im1': …}: every finite number of the study's rows, for the notebook's expected values."""
+    numbers = {}
+    for r in rows:
+        for column in ("n", "im1", "im2", "fid", "validity", "proximity", "oracle_agreement", "im1_lo", "im1_hi",
+                       "fid_lo", "fid_hi", "budget", "budget_run", "seconds_per_cf"):
+            value = r.get(column)
+            if value is not None and value == value:
+                numbers[f"{r['method']}/{r['setting']}/{r['pair']}/{column}"] = float(value)
+    return numbers
+
+
+def floor_gap(rows: list[dict], setting: str = "reference") -> list[dict]:
+    """Per pair, C3LT's kit-FID beside the generator/encoder floor: is it within its interval of the floor?"""
+    floor = {r["pair"]: r for r in rows if r["method"] == "c3lt" and r["setting"] == "floor G(E(x))"}
+    out = []
+    for r in (r for r in rows if r["method"] == "c3lt" and r["setting"] == setting and r["pair"] in floor):
+        gap = r["fid"] - floor[r["pair"]]["fid"]
+        half_width = (r["fid_hi"] - r["fid_lo"]) / 2 if r.get("fid_hi") is not None else float("nan")
+        out.append({"pair": r["pair"], "c3lt_fid": r["fid"], "floor_fid": floor[r["pair"]]["fid"], "gap": gap,
+                    "half_width": half_width, "within": gap <= half_width})
+    return out
+
+
+def merge(paths: Iterable[str | Path], rename: dict[str, str] | None = None) -> list[dict]:
+    """The rows of several study CSVs as one study (settings of separate runs: CPU rows, a GPU training curve
+    scored one pair a process). A setting with pair rows but no mean row gets one, the plain mean over its
+    pairs (no interval: the pairs' bootstrap replicates are not kept in the CSV). ``rename`` maps a CSV path
+    to a suffix for its settings (rows of the same setting measured another way, e.g. on a GPU)."""
+    rows: list[dict] = []
+    for path in paths:
+        suffix = (rename or {}).get(str(path), "")
+        rows += [{**r, "setting": r["setting"] + suffix} for r in read_csv(path)]
+    # a CSV of one pair (a training curve scored in a process of its own) carries that pair again as "mean"
+    means = [(r["method"], r["setting"]) for r in rows if r["pair"] == "mean"]
+    out = [r for r in rows if r["pair"] != "mean" or means.count((r["method"], r["setting"])) == 1]
+    groups = dict.fromkeys((r["method"], r["setting"]) for r in out)
+    for method, setting in groups:
+        members = [r for r in out if (r["method"], r["setting"]) == (method, setting)]
+        if any(r["pair"] == "mean" for r in members):
+            continue
+        mean = {**members[0], "pair": "mean", "n": sum(r["n"] for r in members)}
+        for column in ("im1", "im2", "fid", "validity", "proximity", "seconds_per_cf", "oracle_agreement",
+                       "budget_run"):
+            values = [r.get(column) for r in members]
+            mean[column] = None if any(v is None for v in values) else sum(values) / len(values)
+        mean.update({k: None for k in ("im1_lo", "im1_hi", "fid_lo", "fid_hi")})
+        out.append(mean)
+    return out
