@@ -105,6 +105,9 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         rename = {path: suffix for path, suffix in args.suffix}
         print(f"written to {faithfulness.write_csv(faithfulness.merge(args.merge, rename), args.csv)}")
         return
+    if args.floor:
+        print(f"written to {faithfulness.write_csv(faithfulness.c3lt_floor(pairs, args.n_queries), args.csv)}")
+        return
     if args.train:
         steps = [int(s) for s in args.curve_steps.split(",") if s.strip()]
         rows = faithfulness.train_with_curve(args.train, pairs, args.train_dir, steps, args.n_queries, args.device,
@@ -177,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", default=None, choices=("c3lt", "expgan"),
                    help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
     p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")
+    p.add_argument("--floor", action="store_true", help="instead: C3LT's generator floor G(E(x)) per pair")
     p.add_argument("--curve-steps", default="225,1000,3000,6000", help="with --train: snapshot steps")
     p.add_argument("--max-steps", type=int, default=None, help="with --train: stop early (smoke runs)")
     p.add_argument("--no-gate", action="store_true",

@@ -200,15 +200,18 @@ def run_study(settings: Iterable[Setting], pairs: str | Iterable = PAIRS, n_quer
 
 def write_csv(rows: list[dict], path: str | Path) -> Path:
     """The study's rows as CSV, atomically; floats to 6 significant digits, missing values empty."""
-    lines = [",".join(COLUMNS)]
-    for row in rows:
-        cells = []
-        for column in COLUMNS:
-            value = row.get(column)
-            cells.append("" if value is None or value != value else f"{value:.6g}" if isinstance(value, float)
-                         else str(value))
-        lines.append(",".join(cells))
-    return atomic_write_text(path, "\n".join(lines) + "\n")
+    import io
+
+    def cell(value: object) -> str:
+        if value is None or value != value:
+            return ""
+        return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows([cell(row.get(column)) for column in COLUMNS] for row in rows)
+    return atomic_write_text(path, buffer.getvalue())
 
 
 def read_csv(path: str | Path) -> list[dict]:
@@ -234,8 +237,11 @@ def verdicts(rows: list[dict]) -> list[dict]:
     out = []
     for method in dict.fromkeys(r["method"] for r in rows):
         means = [r for r in rows if r["method"] == method and r["pair"] == "mean"]
-        if not any(r["setting"] == "reference" for r in means):
+        reference = next((r for r in means if r["setting"] == "reference"), None)
+        if reference is None:
             continue
+        means = [r for r in means if r.get("device") == reference.get("device")  # seconds compare on one machine
+                 and _is_number(r.get("budget"))]  # a floor is no setting
         inside = [r for r in means if inside_reference(rows, method, r["setting"])]
         cheapest = min(inside, key=lambda r: (r["seconds_per_cf"] or 0.0, r["budget"]))
         out.append({"method": method, "kit_inside_reference": any(r["setting"] == "kit" for r in inside),
@@ -293,6 +299,10 @@ def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: Metr
     mean = {**mean_row(pair_rows, pair_reps), "pair": "mean", "budget_run": None}
     floor = Setting("c3lt", "floor G(E(x))", float("nan"), "none", lambda c, d: None)
     return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and value == value
 
 
 def _cell(value: float | None, digits: int = 3) -> str:

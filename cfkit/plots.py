@@ -249,9 +249,12 @@ STUDY_METRICS = (("im1", "IM1 ↓"), ("fid", "kit-FID ↓"), ("validity", "valid
 
 def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Figure:
     """The faithfulness study (mean rows): one row of panels per method with more than two settings, each metric
-    over the method's budget (log scale). Curve points are lines; ``kit`` is a circle, ``reference`` a star;
-    IM1 and FID carry their 95 % intervals."""
-    means = [r for r in rows if r["pair"] == "mean" and r["budget"] == r["budget"]]
+    over the method's budget (log scale). Curve points are lines, one per device that measured them (the GPU's
+    dashed); ``kit`` is a circle, ``reference`` a star; IM1 and FID carry their 95 % intervals."""
+    from matplotlib.ticker import NullFormatter
+
+    means = [r for r in rows if r["pair"] == "mean" and isinstance(r.get("budget"), (int, float))
+             and r["budget"] == r["budget"]]  # settings only: a floor has no budget
     methods = [m for m in dict.fromkeys(r["method"] for r in means)
                if len({r["setting"] for r in means if r["method"] == m}) > 2]
     fig, axes = plt.subplots(max(1, len(methods)), len(STUDY_METRICS), figsize=(2.6 * len(STUDY_METRICS),
@@ -260,9 +263,11 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
         points = sorted((r for r in means if r["method"] == method), key=lambda r: r["budget"])
         curve = [r for r in points if r["setting"] != "kit"]
         for ax, (metric, title) in zip(ax_row, STUDY_METRICS):
-            xs = [r["budget"] for r in curve if r.get(metric) is not None]
-            ax.plot(xs, [r[metric] for r in curve if r.get(metric) is not None], "-", color="tab:blue", marker=".",
-                    lw=1)
+            for device in dict.fromkeys(r.get("device") for r in curve):
+                line = [r for r in curve if r.get("device") == device and r.get(metric) is not None]
+                gpu = str(device).startswith("cuda")
+                ax.plot([r["budget"] for r in line], [r[metric] for r in line], "--" if gpu else "-", marker=".",
+                        lw=1, color="tab:gray" if gpu else "tab:blue", label="GPU" if gpu else "CPU")
             for r in points:
                 if r.get(metric) is None or r["setting"] not in ("kit", "reference"):
                     continue
@@ -272,6 +277,7 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
                             color="tab:orange" if r["setting"] == "kit" else "tab:red", ms=7, capsize=2,
                             label=r["setting"])
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
             ax.set_title(f"{(labels or {}).get(method, method)}: {title}", fontsize=8)
             ax.set_xlabel(points[0].get("budget_unit") or "budget", fontsize=7)

@@ -188,3 +188,13 @@ def test_merge_adds_a_mean_over_pairs_scored_in_separate_runs(tmp_path) -> None:
     mean = [r for r in merged if r["pair"] == "mean"]
     assert len(mean) == 1 and mean[0]["im1"] == pytest.approx(0.9) and mean[0]["n"] == 200
     assert mean[0]["im1_lo"] is None, "no interval without the pairs' replicates"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: C3LTWeights(pixel_scale=-2.0), r"C3LTWeights.pixel_scale must be a number >= 0, got -2.0"),
+    (lambda: C3LTWeights(steps=0), r"C3LTWeights.steps must be an int >= 1"),
+    (lambda: ExplainGANWeights(entropy="high"), r"ExplainGANWeights.entropy must be a number >= 0, got 'high'"),
+])
+def test_loss_weights_are_range_checked(make, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        make()

@@ -114,3 +114,29 @@ def test_full_size_table_reproduces(tmp_path) -> None:
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
+
+
+def test_faithfulness_notebook_reproduces_at_a_tiny_size(tmp_path) -> None:
+    """Notebook 12 recomputes the study (4 queries, two pairs, short budgets) and its numbers reproduce."""
+    expected = _expected("12_faithfulness")
+    out = tmp_path / "12_faithfulness"
+    run_notebook("12_faithfulness", expected["parameters"], out_dir=out)
+    record = read_record(out)
+    settings = {(r["method"], r["setting"]) for r in record["rows"]}
+    for method in ("adv_attack", "cve", "cem", "ldce", "c3lt", "expgan"):
+        assert (method, "kit") in settings, method
+    assert ("c3lt", "floor G(E(x))") in settings and (out / "faithfulness.csv").is_file()
+    assert (out / "faithfulness.png").stat().st_size > 10_000
+    _compare(record["numbers"], expected)
+
+
+def test_faithfulness_notebook_shows_the_recorded_study(tmp_path) -> None:
+    """By default notebook 12 reads results/faithfulness.csv: kit and reference rows for all six methods."""
+    out = tmp_path / "12_faithfulness"
+    executed = run_notebook("12_faithfulness", {}, out_dir=out).read_text()
+    numbers = read_record(out)["numbers"]
+    for method in ("adv_attack", "cve", "cem", "ldce", "c3lt", "expgan"):
+        for setting in ("kit", "reference"):
+            assert f"{method}/{setting}/mean/im1" in numbers, (method, setting)
+    assert numbers["cem/reference/mean/budget"] == 9000 and numbers["ldce/reference/mean/budget"] == 171
+    assert "cheapest faithful setting" in executed and (out / "faithfulness.png").is_file()

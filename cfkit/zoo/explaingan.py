@@ -24,7 +24,7 @@ from torch import nn
 
 from ..data import load_mnist
 from .gan import Discriminator
-from .losses import binary_entropy, critic_loss, looks_real, smoothness, target_nll
+from .losses import binary_entropy, check_weights, critic_loss, looks_real, smoothness, target_nll
 from .training import TrainConfig, pair_batches, pair_schedule
 
 
@@ -94,6 +94,9 @@ class ExplainGANWeights:
     smooth: float = 1.0  # mask smoothness
     entropy: float = 1.0  # binary-mask prior min(m, 1 − m); 0 was the kit's first setting (blotchy soft masks)
     adversarial: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_weights(self)
 
 
 def generator_terms(model: ExplainGAN, classifier: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor,

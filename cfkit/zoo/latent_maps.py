@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_mnist
+from ..errors import InputError
 from .gan import LATENT_DIM
-from .losses import binary_entropy, difference_mask, looks_real, smoothness, target_nll
+from .losses import binary_entropy, check_weights, difference_mask, looks_real, smoothness, target_nll
 from .training import TrainConfig, fit_loop
 
 
@@ -71,6 +72,11 @@ class C3LTWeights:
     steps: int = 1  # map steps per translation
     pixel_scale: float = 1.0  # pixel-L1 terms are measured on [0, 1] images; 2.0 measures them on the C3LT code's
     # [-1, 1] range (the reference), where every pixel distance is twice as large
+
+    def __post_init__(self) -> None:
+        check_weights(self)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise InputError(f"C3LTWeights.steps must be an int >= 1, got {self.steps!r}.")
 
 
 def proximity(x: torch.Tensor, x_cf: torch.Tensor, w: C3LTWeights) -> torch.Tensor:

@@ -6,9 +6,22 @@ for a real digit. Each term returns a scalar averaged over the batch.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..errors import InputError
+
+
+def check_weights(weights: object) -> None:
+    """Every numeric field of a loss-weight dataclass must be a number >= 0 (a clear error names the first
+    that is not)."""
+    for field in dataclasses.fields(weights):
+        value = getattr(weights, field.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise InputError(f"{type(weights).__name__}.{field.name} must be a number >= 0, got {value!r}.")
 
 
 def target_nll(classifier: nn.Module, images: torch.Tensor, target: int) -> torch.Tensor:
