@@ -80,21 +80,25 @@ def compare_settings(
     methods: dict[str, CounterfactualMethod], pairs: str | Iterable = PAIRS, n_queries: int = 100,
     models: MetricModels | None = None, seed: int = 0,
     summary: Callable[[Result], dict[str, float]] | None = None,
+    queries: Callable[[tuple[int, int], int], torch.Tensor] = validation_queries, intervals: bool = False,
 ) -> list[dict]:
-    """An ablation on :func:`validation_queries` (never the test queries): every metric of each named
-    setting on each pair, plus the mean over pairs; ``summary(result)`` adds method-specific columns.
-    The default models leave Inception out: an ablation compares settings, in the kit's feature space."""
+    """Every metric of each named setting on each pair, plus the mean over pairs; ``summary(result)`` adds
+    method-specific columns. ``queries(pair, n)`` picks the images: by default :func:`validation_queries`, so an
+    ablation never touches the test queries. ``intervals``: the mean row's bootstrap intervals too, from the
+    pairs' replicates. The default models leave Inception out: settings compare in the kit's feature space."""
     models = models or MetricModels.from_zoo(inception=False)
     rows = []
     for setting, method in methods.items():
-        pair_rows = []
+        pair_rows, pair_reps = [], []
         for pair in parse_pairs(pairs):
-            x = validation_queries(pair, n_queries)
+            x = queries(pair, n_queries)
             result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+            reps: dict[str, torch.Tensor] = {}
             row = evaluate_pair(x, result.x_cf, pair[0], pair[1], reference_images(pair[1]), models,
-                                seconds=result.seconds, seed=seed)
+                                seconds=result.seconds, seed=seed, replicates=reps)
             pair_rows.append({"setting": setting, "pair": pair_name(pair), **row, **(summary(result) if summary else {})})
-        mean = mean_row(pair_rows)
+            pair_reps.append(reps)
+        mean = mean_row(pair_rows, pair_reps if intervals else None)
         extra = {k: sum(r[k] for r in pair_rows) / len(pair_rows) for k in pair_rows[0] if k not in mean and
                  k not in ("setting", "pair")}
         rows += pair_rows + [{"setting": setting, "pair": "mean", **mean, **extra}]

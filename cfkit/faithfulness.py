@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from torch import nn
 
 from .data import PAIRS, pair_name
 from .errors import InputError
-from .evaluation import parse_pairs, protocol_queries, reference_images
+from .evaluation import compare_settings, parse_pairs, protocol_queries, reference_images
 from .methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
 from .methods.base import CounterfactualMethod, Result
 from .methods.c3lt import C3LT
@@ -97,13 +96,12 @@ def ldce_settings(steps: Sequence[int] = (100, 250, 500)) -> list[Setting]:
 
 def fixed_settings() -> list[Setting]:
     """Adv. Attack and CVE, whose reference differs in kind (radius, search), not in budget."""
-    kit_attack, kit_cve = ATTACK_KIT, CVE_KIT
     return [
-        Setting("adv_attack", "kit", kit_attack.steps, "PGD steps",
-                lambda c, d: AdversarialAttack(c, kit_attack, device=d)),
+        Setting("adv_attack", "kit", ATTACK_KIT.steps, "PGD steps",
+                lambda c, d: AdversarialAttack(c, ATTACK_KIT, device=d)),
         Setting("adv_attack", "reference", ATTACK_REFERENCE.steps, "PGD steps",
                 lambda c, d: AdversarialAttack(c, ATTACK_REFERENCE, device=d)),
-        Setting("cve", "kit", kit_cve.max_cells, "cells", lambda c, d: CVE(c, kit_cve, device=d)),
+        Setting("cve", "kit", CVE_KIT.max_cells, "cells", lambda c, d: CVE(c, CVE_KIT, device=d)),
         Setting("cve", "reference", CVE_REFERENCE.max_cells, "cells", lambda c, d: CVE(c, CVE_REFERENCE, device=d)),
     ]
 
@@ -126,11 +124,11 @@ def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Settin
 
 
 def snapshot_setting(family: str, step: int, models: dict[tuple[int, int], nn.Module]) -> Setting:
-    """A training snapshot of C3LT or ExpGAN (in memory, one model per pair) as a point of the curve."""
+    """A training snapshot of C3LT or ExpGAN (in memory, one model per pair, copies that training no longer
+    changes) as a point of the curve."""
     cls = {"c3lt": C3LT, "expgan": ExpGAN}[family]
-    frozen = {pair: copy.deepcopy(model).cpu().eval() for pair, model in models.items()}
     return Setting(family, f"reference@{step}", step, "training steps",
-                   lambda c, d: cls(c, models=frozen, device=d))
+                   lambda c, d: cls(c, models=models, device=d))
 
 
 def study_settings(methods: Iterable[str] | None = None, cem_budgets: Sequence[int] = (50, 200, 1000),
@@ -148,29 +146,24 @@ def study_settings(methods: Iterable[str] | None = None, cem_budgets: Sequence[i
     return [s for s in every if s.method in wanted]
 
 
+def study_queries(pair: tuple[int, int], n_queries: int) -> torch.Tensor:
+    """The study subset: the first ``n_queries`` MNIST test images of the pair's query class."""
+    return protocol_queries(pair, n_queries)[0]
+
+
 def score_setting(setting: Setting, pairs: str | Iterable = PAIRS, n_queries: int = 100,
                   models: MetricModels | None = None, device: str = "cpu", seed: int = 0) -> list[dict]:
     """Run one setting on the study subset of each pair; a row per pair and their mean (IM1 and FID with
     their 95 % bootstrap intervals)."""
     models = models or MetricModels.from_zoo(inception=False)
     method = setting.build(copy.deepcopy(models.classifier), device)  # the metrics keep theirs on the CPU
-    pair_rows, pair_reps = [], []
-    for pair in parse_pairs(pairs):
-        x, _ = protocol_queries(pair, n_queries)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
-        seconds = time.perf_counter() - start
-        reps: dict[str, torch.Tensor] = {}
-        row = evaluate_pair(x, result.x_cf, pair[0], pair[1], reference_images(pair[1]), models,
-                            seconds=seconds, seed=seed, replicates=reps)
-        spent = setting.spent(result) if setting.spent else setting.budget
-        pair_rows.append({**row, "pair": pair_name(pair), "budget_run": spent})
-        pair_reps.append(reps)
-    mean = {**mean_row(pair_rows, pair_reps), "pair": "mean",
-            "budget_run": sum(r["budget_run"] for r in pair_rows) / len(pair_rows)}
-    return [_study_row(setting, row, device) for row in pair_rows + [mean]]
+
+    def spent(result: Result) -> dict[str, float]:
+        return {"budget_run": setting.spent(result) if setting.spent else setting.budget}
+
+    rows = compare_settings({setting.setting: method}, pairs, n_queries, models, seed, spent, queries=study_queries,
+                            intervals=True)
+    return [_study_row(setting, row, device) for row in rows]
 
 
 def _study_row(setting: Setting, row: dict, device: str) -> dict:
@@ -306,7 +299,7 @@ def _is_number(value: object) -> bool:
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
-    return "" if value is None or value != value else f"{value:.{digits}f}"
+    return f"{value:.{digits}f}" if _is_number(value) else ""
 
 
 def to_markdown(rows: list[dict], pair: str = "mean") -> str:
@@ -330,7 +323,7 @@ def recorded_numbers(rows: list[dict]) -> dict[str, float]:
         for column in ("n", "im1", "im2", "fid", "validity", "proximity", "oracle_agreement", "im1_lo", "im1_hi",
                        "fid_lo", "fid_hi", "budget", "budget_run", "seconds_per_cf"):
             value = r.get(column)
-            if value is not None and value == value:
+            if _is_number(value):
                 numbers[f"{r['method']}/{r['setting']}/{r['pair']}/{column}"] = float(value)
     return numbers
 

@@ -42,13 +42,13 @@ class AttackConfig:
 
 
 ATTACK_REFERENCE = AttackConfig(radius=0.15)
-ATTACK_KIT = AttackConfig(radius=0.3)
-"""The kit's first setting, DESIGN.md's starting point: 0.3 on [0, 1], twice the reference's ball."""
 """The attack radius of the C3LT public code (Khorram & Fuxin, CVPR 2022), on this kit's pixel range.
 
 That code attacks with L∞ eps 0.3 on pixels in [−1, 1]; an L∞ ball scales with the width of the pixel
 range, so 0.3 on a range of width 2 is 0.15 on the kit's range [0, 1], which has width 1. Only the radius
 is pinned here: the step size and step count stay the kit's (0.01, 100); they are not taken from the C3LT code."""
+ATTACK_KIT = AttackConfig(radius=0.3)
+"""The kit's first setting, DESIGN.md's starting point: 0.3 on [0, 1], twice the reference's ball."""
 
 
 class AdversarialAttack(CounterfactualMethod):

@@ -8,6 +8,7 @@ the hash and uses ``weights_only=True``.
 from __future__ import annotations
 
 import io
+import itertools
 import platform
 import time
 from collections.abc import Callable
@@ -290,7 +291,7 @@ def train(
     start = time.perf_counter()
     hooks = {}
     if on_step is not None:
-        counter = iter(range(1, 10**9))
+        counter = itertools.count(1)
         hooks["after_step"] = lambda: on_step(model, next(counter))
     steps = spec.fit(model, config, max_steps=max_steps, progress=progress, desc=name, **hooks)
     seconds = time.perf_counter() - start
