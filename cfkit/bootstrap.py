@@ -49,6 +49,12 @@ def mean_replicates(scores: torch.Tensor, indices: torch.Tensor) -> torch.Tensor
     return scores.double()[indices].mean(1)
 
 
+def ratio_replicates(numerator: torch.Tensor, denominator: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Σ numerator / Σ denominator on each resample: a set-level ratio such as IM1's ratio of sums."""
+    weights = counts(indices)
+    return (weights @ numerator.double()) / (weights @ denominator.double())
+
+
 def interval(point: float, replicates: torch.Tensor, level: float = LEVEL,
              bounds: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
     """Centred percentile interval: quantiles of the replicates shifted to have mean ``point``, clipped to

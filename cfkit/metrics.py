@@ -51,15 +51,33 @@ def _sq_norm(x: torch.Tensor) -> torch.Tensor:
     return x.flatten(1).pow(2).sum(1)
 
 
-def im1_scores(
+def im1_terms(
     x_cf: torch.Tensor, target: torch.Tensor, source: torch.Tensor, autoencoders: Mapping[int, nn.Module]
-) -> torch.Tensor:
-    """IM1 per image: ‖x′ − AE_t(x′)‖² / (‖x′ − AE_o(x′)‖² + ε). Below 1: x′ looks more like the target class."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """IM1's numerator ‖x′ − AE_t(x′)‖² and denominator ‖x′ − AE_o(x′)‖², per image."""
     x_cf = check_images(x_cf, "x_cf")
     target, source = check_class_ids(target, "target"), check_class_ids(source, "source")
     recon_target = _per_class(x_cf, target, autoencoders, "target")
     recon_source = _per_class(x_cf, source, autoencoders, "source")
-    return _sq_norm(x_cf - recon_target) / (_sq_norm(x_cf - recon_source) + EPS)
+    return _sq_norm(x_cf - recon_target), _sq_norm(x_cf - recon_source)
+
+
+def im1_scores(
+    x_cf: torch.Tensor, target: torch.Tensor, source: torch.Tensor, autoencoders: Mapping[int, nn.Module]
+) -> torch.Tensor:
+    """IM1 per image: ‖x′ − AE_t(x′)‖² / (‖x′ − AE_o(x′)‖² + ε). Below 1: x′ looks more like the target class."""
+    numerator, denominator = im1_terms(x_cf, target, source, autoencoders)
+    return numerator / (denominator + EPS)
+
+
+def im1_ratio_of_sums(
+    x_cf: torch.Tensor, target: torch.Tensor, source: torch.Tensor, autoencoders: Mapping[int, nn.Module]
+) -> float:
+    """IM1 of a whole set as Σ‖x′ − AE_t(x′)‖² / Σ‖x′ − AE_o(x′)‖²: what a batch-level ``mse(x′, AE_t(x′)) /
+    mse(x′, AE_o(x′))`` computes. Images that both autoencoders reconstruct badly weigh more than in the mean of
+    per-image ratios, so it is lower whenever the denominators vary."""
+    numerator, denominator = im1_terms(x_cf, target, source, autoencoders)
+    return (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
 
 
 def im2_scores(
@@ -152,12 +170,14 @@ class MetricModels:
     inception_reference: int = INCEPTION_REFERENCE
     calibrated: Mapping[int, nn.Module] | None = None
     """The calibrated setting's per-class autoencoders (``ae_cal_<d>``): IM1/IM2 a second time, labelled."""
+    calibrated_aggregation: str = "mean"
+    """How the calibrated IM1 aggregates a set: "mean" of per-image ratios or "sum" (ratio of summed errors)."""
 
     @classmethod
     def from_zoo(cls, device: str = "cpu", inception: bool = True) -> MetricModels:
         """The shipped zoo; ``inception``: also fetch and verify the Inception extractor (its columns stay
         empty, with the reason in ``inception_reason``, when it cannot be had)."""
-        from .zoo.checkpoints import load, read_manifest
+        from .zoo.checkpoints import CALIBRATED_AE, load, read_manifest
         from .zoo.inception import inception_extractor
 
         names = (["classifier", "oracle", "features", "ae_all"] + [f"ae_{d}" for d in range(10)]
@@ -172,6 +192,7 @@ class MetricModels:
             ae_all=load("ae_all", device=device),
             inception=extractor, inception_reason=reason,
             calibrated={d: load(f"ae_cal_{d}", device=device) for d in range(10)},
+            calibrated_aggregation=CALIBRATED_AE["aggregation"],
         )
         models.fingerprint = ",".join(f"{name}:{manifest[name]['sha256']}" for name in names)
         return models
@@ -189,21 +210,26 @@ SCORED = ("im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity
 INCEPTION = ("fid_inception", "kid_inception")
 CALIBRATED = ("im1_calibrated", "im2_calibrated")
 """IM1/IM2 with the calibrated autoencoders (:mod:`cfkit.calibration`); the plain columns keep the reference."""
-INTERVALS = tuple(f"{metric}_{side}" for metric in SCORED + INCEPTION + CALIBRATED for side in ("lo", "hi"))
+RATIOS = ("im1_sum",)
+"""Set-level ratios of summed per-image terms (IM1 with the reference autoencoders as Σ numerators / Σ
+denominators); their intervals resample the terms, not per-image ratios."""
+INTERVALS = tuple(f"{metric}_{side}" for metric in SCORED + INCEPTION + CALIBRATED + RATIOS for side in ("lo", "hi"))
 """Bootstrap interval columns, in the table after every point value."""
 BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "im1": (0, None), "im2": (0, None), "fid": (0, None), "fid_inception": (0, None), "validity": (0, 1),
     "oracle_agreement": (0, 1), "proximity": (0, 1), "sparsity": (0, 1), "cout": (-1, 1), "im1_calibrated": (0, None),
-    "im2_calibrated": (0, None)}
+    "im2_calibrated": (0, None), "im1_sum": (0, None)}
 """Where each metric can lie (KID, an unbiased estimate, can be negative): intervals are clipped to it."""
-COLUMNS = ("n",) + SCORED + ("seconds_per_cf", "n_inception") + INCEPTION + CALIBRATED + INTERVALS
+COLUMNS = ("n",) + SCORED + ("seconds_per_cf", "n_inception") + INCEPTION + CALIBRATED + RATIOS + INTERVALS
 
 
 def _per_image(x: torch.Tensor, x_cf: torch.Tensor, source: torch.Tensor, target: torch.Tensor,
                models: MetricModels) -> dict[str, torch.Tensor]:
+    """Every metric that is the mean of a per-image score: name -> one score per counterfactual."""
     calibrated = {} if models.calibrated is None else {
-        "im1_calibrated": im1_scores(x_cf, target, source, models.calibrated),
         "im2_calibrated": im2_scores(x_cf, target, models.calibrated, models.ae_all)}
+    if models.calibrated is not None and models.calibrated_aggregation == "mean":
+        calibrated["im1_calibrated"] = im1_scores(x_cf, target, source, models.calibrated)
     return {
         **calibrated,
         "im1": im1_scores(x_cf, target, source, models.autoencoders),
@@ -214,6 +240,15 @@ def _per_image(x: torch.Tensor, x_cf: torch.Tensor, source: torch.Tensor, target
         "sparsity": sparsity_scores(x, x_cf),
         "cout": cout_scores(models.classifier, x, x_cf, source, target),
     }
+
+
+def _ratios(x_cf: torch.Tensor, source: torch.Tensor, target: torch.Tensor, models: MetricModels
+            ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Every metric that is a ratio of sums over the set: name -> (per-image numerators, denominators)."""
+    ratios = {"im1_sum": im1_terms(x_cf, target, source, models.autoencoders)}
+    if models.calibrated is not None and models.calibrated_aggregation == "sum":
+        ratios["im1_calibrated"] = im1_terms(x_cf, target, source, models.calibrated)
+    return ratios
 
 
 def _distances(fake: torch.Tensor, real: torch.Tensor, suffix: str, seed: int, weights: torch.Tensor, point: dict,
@@ -270,6 +305,9 @@ def evaluate_pair(
     for name, scores in _per_image(x, x_cf, source_ids, target_ids, models).items():
         point[name] = scores.double().mean().item()
         reps[name] = bootstrap.mean_replicates(scores, indices)
+    for name, (numerator, denominator) in _ratios(x_cf, source_ids, target_ids, models).items():
+        point[name] = (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
+        reps[name] = bootstrap.ratio_replicates(numerator, denominator, indices)
     _distances(embed(models.features, x_cf, "x_cf"), embed(models.features, reference, "reference"), "", seed,
                bootstrap.counts(indices), point, reps)
     n_inception = None
@@ -281,7 +319,7 @@ def evaluate_pair(
     row: dict[str, float | int | None] = {"n": n, **{m: point.get(m) for m in SCORED},
                                           "seconds_per_cf": None if seconds is None else seconds / n,
                                           "n_inception": n_inception, **{m: point.get(m) for m in INCEPTION},
-                                          **{m: point.get(m) for m in CALIBRATED}}
+                                          **{m: point.get(m) for m in CALIBRATED + RATIOS}}
     for name, values in reps.items():
         row[f"{name}_lo"], row[f"{name}_hi"] = bootstrap.interval(point[name], values,
                                                                   bounds=BOUNDS.get(name, (None, None)))
@@ -306,7 +344,7 @@ def mean_row(rows: list[dict[str, float | int | None]],
             out[column] = None if any(v is None for v in values) else sum(values)
         else:
             out[column] = None if any(v is None for v in values) else sum(values) / len(values)
-    for metric in SCORED + INCEPTION + CALIBRATED:
+    for metric in SCORED + INCEPTION + CALIBRATED + RATIOS:
         reps = [r.get(metric) for r in replicates] if replicates else [None]
         usable = out[metric] is not None and all(v is not None for v in reps) and len({len(v) for v in reps}) == 1
         low, high = (bootstrap.interval(out[metric], torch.stack(reps).mean(0), bounds=BOUNDS.get(metric, (None, None)))

@@ -82,7 +82,7 @@ def explain_one(
 
 
 TABLE_PANELS = {
-    "im1": "IM1 ↓", "im2": "IM2 ↓", "fid": "FID ↓ (kit features)", "kid": "KID ↓ (kit features)",
+    "im1": "IM1 ↓", "im1_sum": "IM1, ratio of sums ↓", "im2": "IM2 ↓", "fid": "FID ↓ (kit features)", "kid": "KID ↓ (kit features)",
     "validity": "validity ↑", "oracle_agreement": "oracle agreement ↑", "proximity": "proximity ↓ (mean |x′−x|)",
     "sparsity": "sparsity ↓ (share > 0.1)", "cout": "COUT ↑", "seconds_per_cf": "seconds per CF (log)",
     "fid_inception": "FID ↓ (Inception, first n)", "kid_inception": "KID ↓ (Inception, first n)",
@@ -97,7 +97,10 @@ def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, 
     means = {r["method"]: r for r in rows if r["pair"] == "mean"}
     pairs = list(dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"))
     methods = list(labels)
-    fig, axes = plt.subplots(2, 6, figsize=(20, 6.8))
+    columns = -(-len(TABLE_PANELS) // 2)  # two rows of panels, as many columns as the metrics need
+    fig, axes = plt.subplots(2, columns, figsize=(3.4 * columns, 6.8), squeeze=False)
+    for ax in axes.flat[len(TABLE_PANELS):]:
+        ax.set_visible(False)
     for ax, (column, title) in zip(axes.flat, TABLE_PANELS.items()):
         for i, method in enumerate(methods):
             mean = means.get(method, {}).get(column)

@@ -109,3 +109,11 @@ def test_sample_size_note_warns_where_fids_do_not_compare() -> None:
     assert sample_size_note(full) == "Sample sizes. 4->9: FID/KID at n = 982; Inception at n = 100"
     small = sample_size_note([{"pair": "4->9", "n": 20}, {"pair": "4->9", "n": 40}, {"pair": "mean", "n": 60}])
     assert "n = 20, 40" in small and "UNEQUAL n" in small and "not comparable with the full-size table" in small
+
+
+def test_ratio_replicates_equal_the_ratio_of_sums_of_each_resample() -> None:
+    generator = torch.Generator().manual_seed(3)
+    numerator, denominator = torch.rand(40, generator=generator), torch.rand(40, generator=generator) + 0.5
+    indices = bootstrap.resample_indices(40, 50, seed=1)
+    direct = torch.tensor([numerator[row].sum() / denominator[row].sum() for row in indices], dtype=torch.float64)
+    assert torch.allclose(bootstrap.ratio_replicates(numerator, denominator, indices), direct)

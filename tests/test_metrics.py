@@ -15,6 +15,7 @@ from cfkit.metrics import (
     cout_scores,
     evaluate_pair,
     fid,
+    im1_ratio_of_sums,
     im1_scores,
     im2_scores,
     kid,
@@ -49,6 +50,40 @@ def test_im1_routes_each_image_to_its_own_class_autoencoders(scale) -> None:
     assert scores[[0, 2]].max() == 0 and torch.allclose(scores[[1, 3]], torch.ones(2), rtol=1e-5)
     with pytest.raises(InputError, match="no target autoencoder for class 7"):
         im1_scores(x, torch.full((4,), 7), source, aes)
+
+
+def test_im1_ratio_of_sums_against_a_numpy_computation(scale) -> None:
+    """Σ‖x − AE_t(x)‖² / Σ‖x − AE_o(x)‖² over the set, computed image by image in numpy; below the mean of
+    per-image ratios here because the denominators vary."""
+    x = _images(5).numpy()
+    x[0] *= 0.1  # one faint image: small numerator and denominator, a ratio that counts fully in the mean
+    target, source = np.array([9, 9, 8, 9, 8]), np.array([4, 4, 3, 4, 3])
+    factors = {9: 0.5, 8: 0.2, 4: 0.1, 3: 0.6}  # AE_d(x) = factor_d · x
+    numerators = [((x[i] - factors[target[i]] * x[i]) ** 2).sum() for i in range(5)]
+    denominators = [((x[i] - factors[source[i]] * x[i]) ** 2).sum() for i in range(5)]
+    aes = {d: scale(f) for d, f in factors.items()}
+    expected = sum(numerators) / sum(denominators)
+    got = im1_ratio_of_sums(torch.tensor(x), torch.tensor(target), torch.tensor(source), aes)
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert got != pytest.approx(im1_scores(torch.tensor(x), torch.tensor(target), torch.tensor(source), aes)
+                                .mean().item(), rel=1e-3)
+
+
+def test_im1_sum_column_and_its_interval_resample_the_terms(fours_and_nines) -> None:
+    fours, nines = fours_and_nines
+    models = MetricModels.from_zoo(inception=False)
+    row = evaluate_pair(fours, nines, 4, 9, nines, models)
+    target, source = torch.full((64,), 9), torch.full((64,), 4)
+    assert row["im1_sum"] == pytest.approx(im1_ratio_of_sums(nines, target, source, models.autoencoders), rel=1e-6)
+    assert row["im1_sum_lo"] < row["im1_sum"] < row["im1_sum_hi"]
+    # the calibrated column follows its setting's aggregation
+    models.calibrated_aggregation = "sum"
+    summed = evaluate_pair(fours, nines, 4, 9, nines, models)
+    assert summed["im1_calibrated"] == pytest.approx(
+        im1_ratio_of_sums(nines, target, source, models.calibrated), rel=1e-6)
+    models.calibrated_aggregation = "mean"
+    assert evaluate_pair(fours, nines, 4, 9, nines, models)["im1_calibrated"] == pytest.approx(
+        im1_scores(nines, target, source, models.calibrated).mean().item(), rel=1e-6)
 
 
 def test_im2_with_hand_built_autoencoders(scale) -> None:
