@@ -78,23 +78,31 @@ class ClassAutoencoder(nn.Module):
 
     ``channels`` widens or narrows the three encoder convolutions (the last sets the 7×7 latent's depth);
     ``signed`` feeds the network [-1, 1] pixels, as the C3LT code does, and maps its output back to [0, 1],
-    so inputs and reconstructions stay in the kit's range either way (the IM1 calibration study varies both).
+    so inputs and reconstructions stay in the kit's range either way. ``code`` squeezes the 7×7 latent through a
+    dense code of that many numbers (None: the spatial latent itself is the code); ``code_relu`` ends the encoder
+    in ReLU (the kit's nets) or leaves the code linear (the common Van Looveren port). The IM1 calibration study
+    varies all four.
     """
 
-    def __init__(self, channels: tuple[int, int, int] = (16, 8, 8), signed: bool = False) -> None:
+    def __init__(self, channels: tuple[int, int, int] = (16, 8, 8), signed: bool = False, code: int | None = None,
+                 code_relu: bool = True) -> None:
         super().__init__()
         first, second, latent = channels
         self.signed = signed
-        self.encoder = nn.Sequential(
-            nn.Conv2d(1, first, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(first, second, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(second, latent, 3, padding=1), nn.ReLU(),
-        )
-        self.decoder = nn.Sequential(
-            nn.Conv2d(latent, second, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
-            nn.Conv2d(second, first, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
-            nn.Conv2d(first, 1, 3, padding=1),
-        )
+        code_activation = [nn.ReLU()] if code_relu else []
+        spatial = latent * 7 * 7
+        encoder = [nn.Conv2d(1, first, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                   nn.Conv2d(first, second, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                   nn.Conv2d(second, latent, 3, padding=1)]
+        decoder = [nn.Conv2d(latent, second, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+                   nn.Conv2d(second, first, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+                   nn.Conv2d(first, 1, 3, padding=1)]
+        if code is None:
+            encoder += code_activation
+        else:
+            encoder += [nn.ReLU(), nn.Flatten(), nn.Linear(spatial, code), *code_activation]
+            decoder = [nn.Linear(code, spatial), nn.ReLU(), nn.Unflatten(1, (latent, 7, 7)), *decoder]
+        self.encoder, self.decoder = nn.Sequential(*encoder), nn.Sequential(*decoder)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.signed:
