@@ -294,6 +294,46 @@ def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: Metr
     return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
 
 
+C3LT_ABLATION = {
+    "reference": {},
+    "no proximity (alpha 0)": {"alpha": 0.0},
+    "no adversarial (gamma 0, the code's default)": {"gamma": 0.0},
+    "adversarial x100 (gamma 0.1)": {"gamma": 0.1},
+    "no cycle (beta 0)": {"beta": 0.0},
+    "wide map (400 wide, 2 hidden layers)": {"hidden": 400, "depth": 2},
+}
+"""What might keep C3LT's kit-FID above its generator floor: each loss term switched off or up, and the map's
+capacity; every variant trains the pair's maps from the same seed for the same steps."""
+
+
+def c3lt_ablation(pair: tuple[int, int] = (5, 6), steps: int = 1000, n_queries: int = 100,
+                  variants: Iterable[str] | None = None, models: MetricModels | None = None,
+                  log: Callable[[str], None] | None = print) -> list[dict]:
+    """Train ``pair``'s C3LT maps for ``steps`` under each variant of :data:`C3LT_ABLATION` (the reference
+    weights and schedule otherwise) and score them on the study subset; a row per variant. The training curve
+    is flat from 1000 steps, so 1000 steps show what each change can do."""
+    from .zoo.checkpoints import pair_spec
+    from .zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
+
+    models = models or MetricModels.from_zoo(inception=False)
+    config = pair_spec("c3lt", pair).config
+    rows = []
+    for name in variants or C3LT_ABLATION:
+        change = dict(C3LT_ABLATION[name])
+        shape = {k: change.pop(k) for k in ("hidden", "depth") if k in change}
+        torch.manual_seed(config.seed)
+        maps = C3LTMaps(pair, **shape)
+        fit_c3lt(maps, config, max_steps=steps, progress=False, weights=replace(REFERENCE_WEIGHTS, **change))
+        maps.eval()
+        setting = Setting("c3lt", f"ablation: {name}", steps, "training steps",
+                          lambda c, d, m=maps: C3LT(c, models={pair: m}, device=d))
+        row = score_setting(setting, [pair], n_queries, models)[0]
+        rows.append(row)
+        if log is not None:
+            log(f"{name}: kit-FID {row['fid']:.2f} [{row['fid_lo']:.2f}, {row['fid_hi']:.2f}], IM1 {row['im1']:.3f}")
+    return rows
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and value == value
 

@@ -131,6 +131,17 @@ def test_c3lt_floor_scores_reconstructions_of_real_target_digits() -> None:
     assert rows[0]["validity"] > 0.5 and rows[0]["fid"] > 0 and math.isnan(rows[0]["budget"])
 
 
+def test_c3lt_ablation_trains_each_variant_from_the_same_seed() -> None:
+    variants = ["reference", "no proximity (alpha 0)", "wide map (400 wide, 2 hidden layers)"]
+    rows = faithfulness.c3lt_ablation((5, 6), steps=2, n_queries=8, variants=variants, log=None)
+    assert [r["setting"] for r in rows] == [f"ablation: {v}" for v in variants]
+    assert all(r["pair"] == "5->6" and r["n"] == 8 and r["budget"] == 2 for r in rows)
+    # same seed, different loss or shape: different maps, hence different sets; the same variant again: the same
+    assert len({round(r["fid"], 6) for r in rows}) == 3
+    again = faithfulness.c3lt_ablation((5, 6), steps=2, n_queries=8, variants=variants[:1], log=None)
+    assert again[0]["fid"] == pytest.approx(rows[0]["fid"], rel=1e-6)
+
+
 def test_recorded_numbers_keep_finite_values_only() -> None:
     rows = [{**_row("c3lt", "floor G(E(x))", 0.8, 5.0, 0.0), "budget": float("nan"), "seconds_per_cf": None}]
     numbers = faithfulness.recorded_numbers(rows)

@@ -30,11 +30,18 @@ from .training import TrainConfig, fit_loop
 
 
 class LatentStep(nn.Module):
-    """One residual, norm-preserving step in latent space; ``fraction`` < 1 walks part of the way."""
+    """One residual, norm-preserving step in latent space; ``fraction`` < 1 walks part of the way.
 
-    def __init__(self, latent_dim: int = LATENT_DIM) -> None:
+    Δ is the C3LT code's two 1×1 layers of the latent's width; ``hidden`` and ``depth`` widen and deepen it (the
+    faithfulness study's capacity ablation)."""
+
+    def __init__(self, latent_dim: int = LATENT_DIM, hidden: int | None = None, depth: int = 1) -> None:
         super().__init__()
-        self.delta = nn.Sequential(nn.Linear(latent_dim, latent_dim), nn.ReLU(), nn.Linear(latent_dim, latent_dim))
+        hidden = hidden or latent_dim
+        layers: list[nn.Module] = [nn.Linear(latent_dim, hidden), nn.ReLU()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(hidden, hidden), nn.ReLU()]
+        self.delta = nn.Sequential(*layers, nn.Linear(hidden, latent_dim))
 
     def forward(self, z: torch.Tensor, steps: int = 1, fraction: float = 1.0) -> torch.Tensor:
         for _ in range(steps):
@@ -50,11 +57,11 @@ class C3LTMaps(nn.Module):
     The pair is a buffer, so a checkpoint remembers which pair it was trained on.
     """
 
-    def __init__(self, pair: tuple[int, int]) -> None:
+    def __init__(self, pair: tuple[int, int], hidden: int | None = None, depth: int = 1) -> None:
         super().__init__()
         self.register_buffer("pair", torch.tensor(pair))
-        self.forward_map = LatentStep()
-        self.backward_map = LatentStep()
+        self.forward_map = LatentStep(hidden=hidden, depth=depth)
+        self.backward_map = LatentStep(hidden=hidden, depth=depth)
 
     def forward(self, z: torch.Tensor, steps: int = 1, fraction: float = 1.0) -> torch.Tensor:
         return self.forward_map(z, steps, fraction)
