@@ -33,7 +33,7 @@ import torch
 from . import bootstrap
 from .data import PAIRS, load_mnist, pair_name
 from .errors import MissingResultsError
-from .metrics import EPS, im1_terms, im2_scores
+from .metrics import im1_terms, im2_scores, per_image_ratios, ratio_of_sums
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
 from .store import load_counterfactuals, set_path
 from .zoo.nets import ClassAutoencoder
@@ -233,11 +233,11 @@ def _score_setting(setting: dict, pairs: list[tuple[int, int]], sets: dict, auto
                 numerator, denominator = im1_terms(cfs.x_cf, cfs.target, cfs.source, autoencoders)
                 indices = bootstrap.resample_indices(len(numerator))
                 if aggregation == "mean":
-                    ratios = numerator / (denominator + EPS)
+                    ratios = per_image_ratios(numerator, denominator)
                     row[f"im1_{short}"] = ratios.double().mean().item()
                     reps[short] = bootstrap.mean_replicates(ratios, indices)
                 else:
-                    row[f"im1_{short}"] = (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
+                    row[f"im1_{short}"] = ratio_of_sums(numerator, denominator)
                     reps[short] = bootstrap.ratio_replicates(numerator, denominator, indices)
                 row[f"im1_{short}_lo"], row[f"im1_{short}_hi"] = bootstrap.interval(row[f"im1_{short}"], reps[short])
                 if short != "heldout":
@@ -279,6 +279,16 @@ def separating(rows: list[dict]) -> set[tuple]:
     return keys
 
 
+def admitted(rows: list[dict]) -> set[tuple]:
+    """Settings the selection rule may choose from: real models that separate real data from PGD."""
+    return real_models(rows) & separating(rows)
+
+
+def mean_mse(row: dict) -> float:
+    """The row's autoencoders' test MSE, averaged over its digits."""
+    return sum(row["ae_mse"].values()) / len(row["ae_mse"])
+
+
 def _simplicity(row: dict) -> tuple:
     return (row["parameters"], row["epochs"], AGGREGATIONS.index(row["aggregation"]))
 
@@ -289,7 +299,7 @@ def choose(rows: list[dict], target: float = PAPER_ORIGINAL_IM1) -> dict:
     mean real-data IM1 (Original Data) is closest to ``target``; settings within :data:`TIE` of the closest are
     tied and the simplest wins (fewest parameters, then fewest epochs, then the mean of ratios). Its mean row,
     with ``near_paper``: whether it came within :data:`NEAR` of the target."""
-    eligible = real_models(rows) & separating(rows)
+    eligible = admitted(rows)
     candidates = [r for r in rows if r["pair"] == "mean" and setting_key(r) in eligible]
     if not candidates:
         raise MissingResultsError("no setting has real autoencoders and ranks real data below PGD on every pair "
@@ -358,9 +368,9 @@ def closest_overall(rows: list[dict], target: float = PAPER_ORIGINAL_IM1) -> dic
 def overview(study: dict) -> list[dict]:
     """The study's mean rows, one per setting and aggregation, with the autoencoders' mean test MSE and whether the
     selection rule admits the setting (``admitted``): the notebook's table."""
-    admitted = real_models(study["rows"]) & separating(study["rows"])
-    return [{**r, "code": "spatial" if r["code"] is None else r["code"],
-             "ae_mse": sum(r["ae_mse"].values()) / len(r["ae_mse"]), "admitted": setting_key(r) in admitted}
+    allowed = admitted(study["rows"])
+    return [{**r, "code": "spatial" if r["code"] is None else r["code"], "ae_mse": mean_mse(r),
+             "admitted": setting_key(r) in allowed}
             for r in study["rows"] if r["pair"] == "mean"]
 
 
@@ -427,16 +437,15 @@ def calibration_figure(study: dict):
         ax.set_title(f"IM1, {AGGREGATION_NAMES[aggregation]}; "
                      "solid: real digits, dashed: PGD", fontsize=9)
     axes[0].set_ylabel("IM1, mean over pairs (lower: more like the target)")
-    admitted = real_models(study["rows"]) & separating(study["rows"])
+    allowed = admitted(study["rows"])
     ax = axes[2]
     for row in means:
-        mse = sum(row["ae_mse"].values()) / len(row["ae_mse"])
-        filled = setting_key(row) in admitted
-        ax.scatter(mse, row["im1_original"], color=colours[_architecture_label(row)] if filled else "none",
+        filled = setting_key(row) in allowed
+        ax.scatter(mean_mse(row), row["im1_original"], color=colours[_architecture_label(row)] if filled else "none",
                    edgecolors=colours[_architecture_label(row)], marker="o" if row["aggregation"] == "mean" else "s",
                    s=24)
     chosen = study["chosen"]
-    ax.scatter(sum(chosen["ae_mse"].values()) / len(chosen["ae_mse"]), chosen["im1_original"], s=220,
+    ax.scatter(mean_mse(chosen), chosen["im1_original"], s=220,
                facecolors="none", edgecolors="black", label="chosen setting")
     ax.axhline(PAPER_ORIGINAL_IM1, color="black", linewidth=0.8, label="paper's real-data IM1 (0.47)")
     ax.set_xscale("log")

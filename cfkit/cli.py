@@ -77,17 +77,9 @@ def _cmd_table(args: argparse.Namespace) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> None:
-    from .calibration import AGGREGATION_NAMES, calibrate
+    from .calibration import calibrate, verdict
 
-    study = calibrate(args.runs, jobs=args.jobs)
-    chosen, reference = study["chosen"], study["reference"]
-    for name, row in (("reference", reference), ("calibrated", chosen)):
-        code = "spatial code" if row["code"] is None else f"dense code {row['code']}"
-        print(f"{name}: {row['capacity']} {row['pixel_range']} {code}{'' if row['code_relu'] else ' (linear)'}, "
-              f"{row['epochs']} epochs, {AGGREGATION_NAMES[row['aggregation']]}: Original Data IM1 "
-              f"{row['im1_original']:.3f}, PGD IM1 {row['im1_pgd']:.3f}")
-    if not chosen["near_paper"]:
-        print(f"no admissible setting comes within 0.1 of the paper's 0.47 (closest: {chosen['im1_original']:.3f})")
+    print(verdict(calibrate(args.runs, jobs=args.jobs)))
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:

@@ -62,12 +62,21 @@ def im1_terms(
     return _sq_norm(x_cf - recon_target), _sq_norm(x_cf - recon_source)
 
 
+def per_image_ratios(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """IM1's terms as one ratio per image (the mean of these is the table's ``im1``)."""
+    return numerator / (denominator + EPS)
+
+
+def ratio_of_sums(numerator: torch.Tensor, denominator: torch.Tensor) -> float:
+    """IM1's terms as one ratio for the whole set (``im1_sum``)."""
+    return (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
+
+
 def im1_scores(
     x_cf: torch.Tensor, target: torch.Tensor, source: torch.Tensor, autoencoders: Mapping[int, nn.Module]
 ) -> torch.Tensor:
     """IM1 per image: ‖x′ − AE_t(x′)‖² / (‖x′ − AE_o(x′)‖² + ε). Below 1: x′ looks more like the target class."""
-    numerator, denominator = im1_terms(x_cf, target, source, autoencoders)
-    return numerator / (denominator + EPS)
+    return per_image_ratios(*im1_terms(x_cf, target, source, autoencoders))
 
 
 def im1_ratio_of_sums(
@@ -76,8 +85,7 @@ def im1_ratio_of_sums(
     """IM1 of a whole set as Σ‖x′ − AE_t(x′)‖² / Σ‖x′ − AE_o(x′)‖²: what a batch-level ``mse(x′, AE_t(x′)) /
     mse(x′, AE_o(x′))`` computes. Images that both autoencoders reconstruct badly weigh more than in the mean of
     per-image ratios, so it is lower whenever the denominators vary."""
-    numerator, denominator = im1_terms(x_cf, target, source, autoencoders)
-    return (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
+    return ratio_of_sums(*im1_terms(x_cf, target, source, autoencoders))
 
 
 def im2_scores(
@@ -306,7 +314,7 @@ def evaluate_pair(
         point[name] = scores.double().mean().item()
         reps[name] = bootstrap.mean_replicates(scores, indices)
     for name, (numerator, denominator) in _ratios(x_cf, source_ids, target_ids, models).items():
-        point[name] = (numerator.double().sum() / (denominator.double().sum() + EPS)).item()
+        point[name] = ratio_of_sums(numerator, denominator)
         reps[name] = bootstrap.ratio_replicates(numerator, denominator, indices)
     _distances(embed(models.features, x_cf, "x_cf"), embed(models.features, reference, "reference"), "", seed,
                bootstrap.counts(indices), point, reps)
