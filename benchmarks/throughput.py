@@ -18,7 +18,7 @@ import resource
 import time
 
 from cfkit.paths import RESULTS_DIR, atomic_write_text
-from cfkit.run import REPRODUCE_RECORD, machine
+from cfkit.reproduce import REPRODUCE_RECORD, machine
 from cfkit.table import LABELS, markdown
 
 METHODS = ("adv_attack", "cem", "cve", "expgan", "c3lt", "ldce")

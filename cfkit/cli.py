@@ -71,7 +71,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def _cmd_table(args: argparse.Namespace) -> None:
-    from .run import collect_table
+    from .report import collect_table
 
     print(collect_table(args.runs, write=not args.no_write))
 
@@ -83,7 +83,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
-    from .run import reproduce
+    from .reproduce import reproduce
 
     start = time.perf_counter()
     print(reproduce(jobs=args.jobs))

@@ -27,10 +27,8 @@ from typing import Any
 
 from .errors import SchedulerError, SweepError
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_text
-from .run import (
-    RECORD_FILE, check_parameters, notebook_path, parse_cli_parameters, read_record, run_notebook, thread_limits,
-    threads_per_job,
-)
+from .reproduce import thread_limits, threads_per_job
+from .run import RECORD_FILE, check_parameters, notebook_path, parse_cli_parameters, read_record, run_notebook
 from .table import _cell, markdown
 
 SWEEP_CSV = "sweep.csv"

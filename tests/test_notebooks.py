@@ -6,7 +6,8 @@ import json
 import pytest
 
 from cfkit.paths import NOTEBOOK_DIR, RESULTS_DIR
-from cfkit.run import flatten_rows, read_record, reproduce, reproducible, run_notebook
+from cfkit.reproduce import reproduce
+from cfkit.run import flatten_rows, read_record, reproducible, run_notebook
 from cfkit.table import read_csv
 
 EXPECTED_DIR = NOTEBOOK_DIR / "expected"

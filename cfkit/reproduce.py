@@ -1,0 +1,215 @@
+"""The whole reproduction: every notebook at full size, the results files, and the timings with the machine
+they were measured on (``cfkit reproduce``, ``make reproduce``)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .data import PAIRS, ensure_mnist
+from .errors import NotebookFailedError, ParameterError
+from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
+from .report import collect_table
+from .run import run_notebook
+from .table import NOTEBOOKS as METHOD_NOTEBOOKS
+from .zoo.checkpoints import load, names
+from .zoo.inception import inception_extractor, reference_features
+
+REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce", "10_metrics",
+                   "11_ldce_error_analysis")
+"""Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
+REPRODUCE_NEEDS = {"10_metrics": tuple(nb for nb in METHOD_NOTEBOOKS.values() if nb != "10_metrics")}
+"""What a notebook reads from others' output folders: with ``--jobs`` it waits for those to finish."""
+REPRODUCE_RECORD = "reproduce.json"
+"""In results/: the wall time of each notebook of the last ``cfkit reproduce`` and the machine it ran on."""
+
+
+def cores() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def machine() -> dict[str, Any]:
+    """What a timing was measured on: CPU model, cores, memory, torch and its threads, any GPU."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = None
+    return {"cpu": cpu, "cores": cores(), "memory_gib": memory_gib and round(memory_gib, 1),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "python": platform.python_version()}
+
+
+class _SetWatcher:
+    """Prints each counterfactual set as a running notebook saves it: which notebook, which pair, time so far."""
+
+    def __init__(self, out_dir: Path, notebook: str, start: float, log: Any) -> None:
+        self.out_dir, self.notebook, self.start, self.log = out_dir, notebook, start, log
+        self.seen = self._sets()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _sets(self) -> dict[str, float]:
+        return {p.name: p.stat().st_mtime for p in self.out_dir.glob("cfs_*.pt")}
+
+    def _watch(self) -> None:
+        while not self.stop.wait(1.0):
+            self._report()
+
+    def _report(self) -> None:
+        now = self._sets()
+        for name, mtime in sorted(now.items(), key=lambda item: item[1]):
+            if self.seen.get(name) != mtime:
+                method, pair = name[len("cfs_"):-len(".pt")].rsplit("_", 1)
+                print(f"[{time.perf_counter() - self.start:5.0f} s]   {self.notebook}: {method} "
+                      f"{pair.replace('to', '->')} saved", file=self.log, flush=True)
+        self.seen = now
+
+    def __enter__(self) -> _SetWatcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._report()
+
+
+LONGEST = ("02_cem", "06_ldce")
+"""The notebooks that take longest at full size (about 9 minutes each on 2 cores): started first."""
+
+
+def _launch_order(notebooks: list[str], results_dir: Path) -> list[str]:
+    """Longest first by the last recorded reproduce (so the parallel run ends together), else :data:`LONGEST`
+    first."""
+    try:
+        last = json.loads((results_dir / REPRODUCE_RECORD).read_text())["notebooks"]
+    except (OSError, ValueError, KeyError):
+        return sorted(notebooks, key=lambda name: name not in LONGEST)
+    return sorted(notebooks, key=lambda name: -last.get(name, 0.0))
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""What caps a kernel's torch/BLAS threads: kernels inherit their launcher's environment."""
+
+
+def threads_per_job(jobs: int) -> int:
+    """Threads for each of ``jobs`` runs at once, so that together they use this machine's cores once."""
+    return max(1, cores() // max(1, jobs))
+
+
+def thread_limits(threads: int) -> dict[str, str]:
+    """The environment that caps a child's kernel at ``threads`` torch/BLAS threads."""
+    return {var: str(threads) for var in THREAD_VARS}
+
+
+def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path, threads: int) -> None:
+    """``cfkit run`` in a child process whose kernel uses ``threads`` torch threads; its output goes to run.log."""
+    command = [sys.executable, "-m", "cfkit.cli", "run", notebook, "--out", str(out_dir)]
+    for key, value in parameters.items():
+        command += ["-p", key, repr(value)]
+    env = {**os.environ, **thread_limits(threads)}
+    with open(out_dir / "run.log", "w") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if code != 0:
+        raise NotebookFailedError(f"{notebook} failed (exit {code}); its output is in {out_dir / 'run.log'}.")
+
+
+def reproduce(
+    runs_dir: str | Path | None = None, results_dir: str | Path | None = None,
+    notebooks: Iterable[str] = REPRODUCE_ORDER, parameters: dict[str, dict[str, Any]] | None = None,
+    log: Any = None, jobs: int = 1,
+) -> str:
+    """Get MNIST, check the zoo loads, run the notebooks (at full size unless ``parameters`` gives a
+    notebook other values), write the table, its figures and the timings; return the table.
+
+    ``jobs`` > 1 runs that many notebooks at once, a notebook starting once those it reads
+    (:data:`REPRODUCE_NEEDS`) are done, each kernel on cores // (notebooks running with it) torch threads
+    (so the last one, ``10_metrics``, gets every core). Progress goes to ``log`` (stderr):
+    each notebook as it starts and ends, each pair's set as it is saved.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ParameterError(f"jobs must be an int >= 1 (notebooks run at once), got {jobs!r}.")
+    log = log or sys.stderr
+    runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
+    notebooks, parameters = list(notebooks), parameters or {}
+    threads: dict[str, int] = {}
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - start:5.0f} s] {message}", file=log, flush=True)
+
+    ensure_mnist()
+    for model in names():
+        load(model)
+    say(f"MNIST and {len(names())} zoo checkpoints verified; {len(notebooks)} notebooks, {jobs} at a time")
+    if any(parameters.get(nb, {}).get("inception", True) for nb in notebooks):
+        extractor, reason = inception_extractor()  # fetched once here, not by two notebooks at once
+        if extractor is None:
+            say(f"no Inception-space FID/KID: {reason}")
+        else:  # the reference features every method notebook needs, on all cores, before they start
+            for target in dict.fromkeys(t for _, t in PAIRS):
+                reference_features(extractor, target)
+            say("Inception extractor verified and its reference features cached")
+    seconds: dict[str, float] = {}
+    counter = iter(range(1, len(notebooks) + 1))
+
+    def run_one(notebook: str) -> None:
+        on = f" on {threads[notebook]} torch thread{'s' * (threads[notebook] > 1)}" if jobs > 1 else ""
+        say(f"running {notebook} ({next(counter)}/{len(notebooks)}){on} ...")
+        began = time.perf_counter()
+        out_dir = runs_dir / notebook
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with _SetWatcher(out_dir, notebook, start, log):
+            if jobs == 1:
+                run_notebook(notebook, parameters.get(notebook), out_dir=out_dir)
+            else:
+                _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook])
+        seconds[notebook] = round(time.perf_counter() - began, 1)
+        say(f"{notebook} done in {seconds[notebook]:.0f} s")
+
+    pending = list(_launch_order(notebooks, results_dir) if jobs > 1 else notebooks)
+    with ThreadPoolExecutor(jobs) as pool:
+        running: dict = {}
+        while pending or running:
+            ready = [nb for nb in pending
+                     if not any(need in notebooks and need not in seconds for need in REPRODUCE_NEEDS.get(nb, ()))]
+            launch = ready[: jobs - len(running)]
+            sharing = len(running) + len(launch)
+            for notebook in launch:
+                pending.remove(notebook)
+                threads[notebook] = threads_per_job(sharing)
+                running[pool.submit(run_one, notebook)] = notebook
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                running.pop(future)
+                if future.exception() is not None:
+                    pending.clear()  # start nothing new; let the others finish, then report
+                    wait(running)
+                    raise future.exception()
+    table = collect_table(runs_dir, results_dir=results_dir)
+    total = round(time.perf_counter() - start, 1)
+    atomic_write_json(results_dir / REPRODUCE_RECORD, {
+        "seconds": total, "notebooks": seconds, "full_size": not parameters, "jobs": jobs,
+        "torch_threads": threads if jobs > 1 else None, "machine": machine(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    })
+    say(f"table, figures and {REPRODUCE_RECORD} written to {results_dir}")
+    return table
