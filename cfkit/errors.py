@@ -22,7 +22,7 @@ class InputError(CfkitError, ValueError):
 
 
 class ParameterError(CfkitError, TypeError):
-    """A notebook parameter of the wrong name or type."""
+    """A notebook parameter of the wrong name, type or value."""
 
 
 class MissingResultsError(CfkitError, FileNotFoundError):

@@ -1,7 +1,7 @@
 """Notebook runs with papermill and their recorded numbers.
 
 ``run_notebook("10_metrics", {"n_queries": 40})`` checks the parameters against the notebook's
-``parameters`` cell (names and types) before any kernel starts, then executes it headless into
+``parameters`` cell (names, types and values) before any kernel starts, then executes it headless into
 ``runs/<notebook>/``. Notebooks write their numbers with :func:`record` (atomic JSON).
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MissingResultsError, ParameterError
+from .parameter_values import check_values
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_json
 
 RECORD_FILE = "metrics.json"
@@ -51,33 +52,35 @@ def notebook_parameters(name: str | Path) -> dict[str, dict[str, Any]]:
 
 def check_parameters(name: str | Path, values: dict[str, Any]) -> dict[str, Any]:
     """Refuse unknown names and values whose type differs from the default's (an int is a fine float)."""
-    spec = notebook_parameters(name)
+    spec, notebook = notebook_parameters(name), Path(str(name)).stem
+    defaults = _literal_defaults(spec)
     for key, value in values.items():
         if key not in spec:
-            raise ParameterError(
-                f"{Path(str(name)).stem} has no parameter {key!r}; its parameters are {', '.join(spec)}."
-            )
-        expected = _expected_type(spec[key])
+            raise ParameterError(f"{notebook} has no parameter {key!r}; its parameters are {', '.join(spec)}.")
+        expected = spec[key]["inferred_type_name"]
+        if expected in ("None", None):  # not annotated: the type of its default literal
+            expected = type(defaults.get(key)).__name__
         allowed = _TYPES.get(expected)
         if allowed is None:  # None default or an expression papermill cannot type: accept anything
             continue
         ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
         if not ok:
             raise ParameterError(
-                f"parameter {key!r} of {Path(str(name)).stem} expects {expected} (default "
+                f"parameter {key!r} of {notebook} expects {expected} (default "
                 f"{spec[key]['default']}), got {type(value).__name__} {value!r}."
             )
     return values
 
 
-def _expected_type(entry: dict[str, Any]) -> str:
-    """The annotated type of a parameter, else the type of its default literal ('None' if neither)."""
-    if entry["inferred_type_name"] not in ("None", None):
-        return entry["inferred_type_name"]
-    try:
-        return type(ast.literal_eval(entry["default"])).__name__
-    except (ValueError, SyntaxError):
-        return "None"
+def _literal_defaults(spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The parameters' defaults that are Python literals (one that is an expression is left out)."""
+    defaults = {}
+    for key, entry in spec.items():
+        try:
+            defaults[key] = ast.literal_eval(entry["default"])
+        except (ValueError, SyntaxError):
+            continue
+    return defaults
 
 
 def parse_cli_parameters(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -111,6 +114,7 @@ def run_notebook(
     if "interactive" in spec:
         parameters.setdefault("interactive", False)
     check_parameters(path, parameters)
+    check_values(path.stem, {**_literal_defaults(spec), **parameters})
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / path.name
     papermill.execute_notebook(

@@ -157,9 +157,9 @@ def test_local_sweep_in_two_processes(tmp_path) -> None:
 def test_a_failing_run_keeps_the_other_and_exits_non_zero(tmp_path, capsys) -> None:
     code = cli.main(["sweep", NOTEBOOK, "-p", "radius", "-0.1", "0.3", *TINY_ARGS, "-j", "2", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 2 and "1 of 2 runs failed" in err and "radius=-0.1: InputError: radius must be a positive" in err
+    assert code == 2 and "1 of 2 runs failed" in err and "radius=-0.1: ParameterError: parameter 'radius'" in err
     failed, good = read_csv(tmp_path / SWEEP_CSV)
-    assert failed["error"].startswith("InputError") and failed[f"{MEAN}/validity"] == ""
+    assert failed["error"].startswith("ParameterError") and failed[f"{MEAN}/validity"] == ""
     assert good["error"] == "" and float(good[f"{MEAN}/validity"]) == 1.0
 
 
