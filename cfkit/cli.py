@@ -121,6 +121,8 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .zoo import checkpoints
+
     parser = argparse.ArgumentParser(prog="cfkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -178,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--n-queries", type=int, default=100, help="study queries per pair (default 100)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the reference CEM needs hours on 2 CPU cores)")
     p.add_argument("--cem-patience", type=int, default=0, help="CEM early stopping for the curve points (0: none)")
-    p.add_argument("--train", default=None, choices=("c3lt", "expgan"),
+    p.add_argument("--train", default=None, choices=tuple(checkpoints.PAIR_FAMILIES),
                    help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
     p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")
     p.add_argument("--floor", action="store_true", help="instead: C3LT's generator floor G(E(x)) per pair")

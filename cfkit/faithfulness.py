@@ -312,18 +312,19 @@ def c3lt_ablation(pair: tuple[int, int] = (5, 6), steps: int = 1000, n_queries: 
     """Train ``pair``'s C3LT maps for ``steps`` under each variant of :data:`C3LT_ABLATION` (the reference
     weights and schedule otherwise) and score them on the study subset; a row per variant. The training curve
     is flat from 1000 steps, so 1000 steps show what each change can do."""
-    from .zoo.checkpoints import pair_spec
+    from .zoo.checkpoints import load_needs, pair_spec
     from .zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
 
     models = models or MetricModels.from_zoo(inception=False)
-    config = pair_spec("c3lt", pair).config
+    spec = pair_spec("c3lt", pair)
+    config, needed = spec.config, load_needs(spec)
     rows = []
     for name in variants or C3LT_ABLATION:
         change = dict(C3LT_ABLATION[name])
         shape = {k: change.pop(k) for k in ("hidden", "depth") if k in change}
         torch.manual_seed(config.seed)
         maps = C3LTMaps(pair, **shape)
-        fit_c3lt(maps, config, max_steps=steps, progress=False, weights=replace(REFERENCE_WEIGHTS, **change))
+        fit_c3lt(maps, config, needed, max_steps=steps, progress=False, weights=replace(REFERENCE_WEIGHTS, **change))
         maps.eval()
         setting = Setting("c3lt", f"ablation: {name}", steps, "training steps",
                           lambda c, d, m=maps: C3LT(c, models={pair: m}, device=d))

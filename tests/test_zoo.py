@@ -10,7 +10,7 @@ import torch
 from cfkit.errors import CheckpointError, InputError, QualityError
 from cfkit.paths import CHECKPOINT_DIR
 from cfkit.zoo import checkpoints
-from cfkit.zoo.checkpoints import MANIFEST, get_spec, load, load_pair, names, read_manifest, train
+from cfkit.zoo.checkpoints import MANIFEST, get_spec, load, load_needs, load_pair, names, read_manifest, train
 from cfkit.zoo.training import accuracy_on_test
 
 FIELDS = {"file", "sha256", "command", "seed", "epochs", "seconds", "quality"}
@@ -135,6 +135,13 @@ def test_pair_models_name_their_pair_and_command() -> None:
         get_spec("c3lt_49")
 
 
+def test_every_need_is_a_model_trained_before_it() -> None:
+    order = names()  # `cfkit train --all` trains in this order
+    for name in order:
+        for need in get_spec(name).needs:
+            assert need in order[:order.index(name)], f"{name} needs {need}, which is not trained before it"
+
+
 def test_pair_checkpoint_trained_on_another_pair_is_refused(zoo_copy) -> None:
     shutil.copy(zoo_copy / "c3lt_3_8.pt", zoo_copy / "c3lt_4_9.pt")
     manifest = json.loads((zoo_copy / MANIFEST).read_text())
@@ -149,7 +156,7 @@ def test_pair_models_reach_95_percent_validity(name: str) -> None:
     recorded = read_manifest()[name]["quality"]["test_validity"]
     assert recorded >= 0.95
     spec = get_spec(name)
-    assert spec.measure(load(name), spec.config) == pytest.approx(recorded, abs=1e-4)
+    assert spec.measure(load(name), spec.config, load_needs(spec)) == pytest.approx(recorded, abs=1e-4)
 
 
 def test_cli_expands_pair_families() -> None:

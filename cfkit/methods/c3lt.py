@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..zoo import latent_maps
 from ..zoo.checkpoints import load
 from .base import PerPairMethod, pair_groups
 from .knobs import positive, unit_interval
@@ -32,7 +33,8 @@ class C3LTConfig:
 
 
 class C3LT(PerPairMethod):
-    name = family = "c3lt"
+    name = "c3lt"
+    family = latent_maps.FAMILY
     config_type = C3LTConfig
 
     def __init__(self, classifier: nn.Module, config: C3LTConfig | None = None,

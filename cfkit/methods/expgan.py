@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..zoo import explaingan
 from .base import PerPairMethod, pair_groups
 from .knobs import unit_interval
 
@@ -25,7 +26,8 @@ class ExpGANConfig:
 
 
 class ExpGAN(PerPairMethod):
-    name = family = "expgan"
+    name = "expgan"
+    family = explaingan.FAMILY
     config_type = ExpGANConfig
 
     def _explain_batch(

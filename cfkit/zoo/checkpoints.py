@@ -1,7 +1,8 @@
 """The zoo's registry, manifest and safe loading: ``load("ae_9")``, ``train("ae_9")``.
 
-Each model has a spec (architecture, training config, quality threshold). Trained weights are
-state dicts in ``data/checkpoints/<name>.pt``; ``manifest.json`` beside them records for each the
+Each model has a spec (architecture, training config, quality threshold, and the zoo models its training
+and quality figure need: loaded here and handed over, so no model module imports this one). Trained weights
+are state dicts in ``data/checkpoints/<name>.pt``; ``manifest.json`` beside them records for each the
 SHA-256, the command that rebuilds it, seed, epochs, seconds and quality figure. Loading checks
 the hash and uses ``weights_only=True``.
 """
@@ -12,7 +13,7 @@ import itertools
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -24,56 +25,28 @@ from ..data import PAIRS, sha256_file
 from ..errors import CheckpointError, QualityError
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
 from ..validate import check_pair
+from . import explaingan, latent_maps
 from .diffusion import (LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae,
                         vae_reconstruction_mse)
-from .explaingan import ExplainGAN, expgan_test_validity, fit_expgan
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
-from .latent_maps import C3LTMaps, c3lt_test_validity, fit_c3lt
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
+from .spec import ModelSpec, pair_name
 from .training import (TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier,
                        reconstruction_mse_on_test)
 
 MANIFEST = "manifest.json"
 
 
-Fit = Callable[..., int]  # fit(model, config, max_steps=, progress=, desc=) -> steps taken
-Measure = Callable[[nn.Module, TrainConfig], float]  # the quality figure on held-out data
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a zoo entry is, how it is trained, and the figure it must reach to be shipped."""
-
-    name: str
-    build: Callable[[], nn.Module]
-    fit: Fit
-    measure: Measure
-    metric: str  # name of the quality figure in the manifest
-    higher_is_better: bool
-    config: TrainConfig
-    threshold: float
-    description: str
-    train_command: str | None = None  # defaults to `cfkit train <name>`
-
-    @property
-    def command(self) -> str:
-        return self.train_command or f"cfkit train {self.name}"
-
-    def passes(self, quality: dict[str, float]) -> bool:
-        value = quality[self.metric]
-        return value >= self.threshold if self.higher_is_better else value <= self.threshold
-
-
 def _classifier(name: str, build: Callable[[], nn.Module], config: TrainConfig, threshold: float,
                 description: str) -> ModelSpec:
-    return ModelSpec(name, build, fit_classifier, lambda model, _: accuracy_on_test(model), "test_accuracy", True,
-                     config, threshold, description)
+    return ModelSpec(name, build, fit_classifier, lambda model, _, __: accuracy_on_test(model), "test_accuracy",
+                     True, config, threshold, description)
 
 
 def _autoencoder(name: str, build: Callable[[], nn.Module], config: TrainConfig, threshold: float,
                  description: str) -> ModelSpec:
     return ModelSpec(name, build, fit_autoencoder,
-                     lambda model, cfg: reconstruction_mse_on_test(model, cfg.digits), "test_mse", False,
+                     lambda model, cfg, _: reconstruction_mse_on_test(model, cfg.digits), "test_mse", False,
                      config, threshold, description)
 
 
@@ -82,43 +55,25 @@ def gan_specs() -> list[ModelSpec]:
     return [
         ModelSpec("dcgan", DCGAN, fit_dcgan, sample_fid, "sample_fid", False,
                   TrainConfig(epochs=20, seed=30, lr=2e-4, cosine=False), 15.0,
-                  "DCGAN, latent 100 ~ N(0, I); FID of 10k samples vs MNIST test in the features space"),
+                  "DCGAN, latent 100 ~ N(0, I); FID of 10k samples vs MNIST test in the features space",
+                  needs=("features",)),
         ModelSpec("encoder", Encoder, fit_encoder, encoder_reconstruction_mse, "test_mse", False,
-                  TrainConfig(epochs=5, seed=31, cosine=False), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x"),
+                  TrainConfig(epochs=5, seed=31, cosine=False), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x",
+                  needs=("dcgan",)),
     ]
 
 
-C3LT_EPOCHS = 200
-"""The C3LT code's MNIST training length (about 9,000 steps a pair; the first generation had 5 epochs)."""
-EXPGAN_EPOCHS = 30
-"""ExplainGAN until its validity and oracle agreement stop rising (the first generation had 5 epochs)."""
-
-PAIR_FAMILIES = ("c3lt", "expgan")
-"""Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``."""
-
-
-def pair_name(family: str, pair: tuple[int, int]) -> str:
-    return f"{family}_{pair[0]}_{pair[1]}"
+PAIR_FAMILIES: dict[str, Callable[[tuple[int, int]], ModelSpec]] = {
+    module.FAMILY: module.pair_spec for module in (latent_maps, explaingan)}
+"""Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``: each family's spec of one pair, as
+the module of its model declares it."""
 
 
 def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
-    """The spec of one pair's C3LT maps or ExplainGAN; any pair of distinct digits can be trained."""
-    q, t = check_pair(pair)
-    command = f"cfkit train {family} --pair {q} {t}"
-    if family == "c3lt":
-        return ModelSpec(pair_name(family, (q, t)), lambda: C3LTMaps((q, t)), fit_c3lt, c3lt_test_validity,
-                         "test_validity", True,
-                         # the C3LT code's schedule: 200 epochs, StepLR(25, 0.5), pixel L1 on [-1, 1]
-                         TrainConfig(epochs=C3LT_EPOCHS, seed=40, lr=1e-3, digits=(q, t), cosine=False, halve_every=25),
-                         0.95, f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder "
-                         "(reference schedule, pixel L1 on [-1, 1])", command)
-    if family == "expgan":
-        return ModelSpec(pair_name(family, (q, t)), lambda: ExplainGAN((q, t)), fit_expgan, expgan_test_validity,
-                         "test_validity", True,
-                         TrainConfig(epochs=EXPGAN_EPOCHS, seed=50, lr=2e-4, batch_size=64, digits=(q, t),
-                                     cosine=False), 0.99,
-                         f"ExplainGAN generator (digit + mask, binary-mask prior) and critic for {q}<->{t}", command)
-    raise CheckpointError(f"unknown pair family {family!r}; known: {', '.join(PAIR_FAMILIES)}.")
+    """The spec of one pair's model of ``family``; any pair of distinct digits can be trained."""
+    if family not in PAIR_FAMILIES:
+        raise CheckpointError(f"unknown pair family {family!r}; known: {', '.join(PAIR_FAMILIES)}.")
+    return PAIR_FAMILIES[family](check_pair(pair))
 
 
 def _parse_pair_name(name: str) -> ModelSpec | None:
@@ -138,7 +93,7 @@ def diffusion_specs() -> list[ModelSpec]:
         ModelSpec("ldm_unet", LatentUNet, fit_denoiser, denoiser_sample_accuracy, "sample_accuracy", True,
                   TrainConfig(epochs=8, seed=61, lr=1e-3), 0.9,
                   "class-conditional latent denoiser (eps, T=1000, linear beta, 10% null class, EMA 0.999); "
-                  "classifier accuracy on DDIM-50 CFG-3 samples"),
+                  "classifier accuracy on DDIM-50 CFG-3 samples", needs=("ldm_vae", "classifier")),
     ]
 
 
@@ -194,7 +149,7 @@ def names() -> list[str]:
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The spec of a shipped model, or of any pair's ``c3lt_<q>_<t>`` / ``expgan_<q>_<t>``."""
+    """The spec of a shipped model, or of any pair family's ``<family>_<q>_<t>``."""
     if name in SPECS:
         return SPECS[name]
     spec = _parse_pair_name(name)
@@ -255,6 +210,11 @@ def _load_cached(name: str, directory: str, device: str) -> nn.Module:
     return model
 
 
+def load_needs(spec: ModelSpec, device: str | torch.device = "cpu") -> dict[str, nn.Module]:
+    """The shipped models ``spec`` declares in ``needs``, loaded on ``device``: what its fit and measure take."""
+    return {name: load(name, device=device) for name in spec.needs}
+
+
 def load_pair(family: str, pair: tuple[int, int], directory: str | Path | None = None,
               device: str | torch.device = "cpu") -> nn.Module:
     """Load the ``family`` model of one (query, target) pair and check it was trained on that pair."""
@@ -289,6 +249,7 @@ def train(
     overrides = {"device": device, **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
     directory = Path(directory or CHECKPOINT_DIR)
+    needed = load_needs(spec, device)  # before seeding: building them draws on torch's generator
     torch.manual_seed(config.seed)
     model = spec.build()
     start = time.perf_counter()
@@ -296,11 +257,11 @@ def train(
     if on_step is not None:
         counter = itertools.count(1)
         hooks["after_step"] = lambda: on_step(model, next(counter))
-    steps = spec.fit(model, config, max_steps=max_steps, progress=progress, desc=name, **hooks)
+    steps = spec.fit(model, config, needed, max_steps=max_steps, progress=progress, desc=name, **hooks)
     seconds = time.perf_counter() - start
     model.to("cpu").eval()
     config = TrainConfig(**{**asdict(config), "device": "cpu"})
-    quality = {spec.metric: round(spec.measure(model, config), 6)}
+    quality = {spec.metric: round(spec.measure(model, config, load_needs(spec)), 6)}
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     if check_quality and not spec.passes(quality):

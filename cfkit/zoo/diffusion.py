@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_mnist
-from .training import TrainConfig, batches
+from .training import Needed, TrainConfig, batches
 
 LATENT_SHAPE = (4, 7, 7)
 
@@ -56,7 +56,7 @@ class LatentVAE(nn.Module):
         return torch.sigmoid(self.decode_logits(self.encode_moments(x)[0]))
 
 
-def fit_vae(model: LatentVAE, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
+def fit_vae(model: LatentVAE, config: TrainConfig, _: Needed, max_steps: int | None = None, progress: bool = True,
             desc: str = "", kl_weight: float = 1e-4) -> int:
     """Summed pixel BCE + ``kl_weight``·KL per image; then set ``scale`` to 1/std of the training latents."""
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -81,7 +81,7 @@ def fit_vae(model: LatentVAE, config: TrainConfig, max_steps: int | None = None,
 
 
 @torch.inference_mode()
-def vae_reconstruction_mse(model: LatentVAE, _: TrainConfig) -> float:
+def vae_reconstruction_mse(model: LatentVAE, _: TrainConfig, __: Needed) -> float:
     """Mean squared error of the decoded latent mean on the MNIST test set."""
     x = load_mnist("test")[0]
     return torch.cat([(model(c) - c).pow(2).flatten(1).mean(1) for c in x.split(1000)]).mean().item()
@@ -180,16 +180,15 @@ class LatentUNet(nn.Module):
         return self.out(h)
 
 
-def fit_denoiser(model: LatentUNet, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-                 desc: str = "", label_dropout: float = 0.1, ema_decay: float = 0.999) -> int:
-    """ε-prediction MSE on the shipped ``ldm_vae``'s latents, labels dropped to the null class with probability
+def fit_denoiser(model: LatentUNet, config: TrainConfig, needed: Needed, max_steps: int | None = None,
+                 progress: bool = True, desc: str = "", label_dropout: float = 0.1, ema_decay: float = 0.999) -> int:
+    """ε-prediction MSE on the latents of ``needed["ldm_vae"]``, labels dropped to the null class with probability
     ``label_dropout``; the model ends holding the EMA (``ema_decay``) of its weights, which sample better."""
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-    from .checkpoints import load
     from .training import fit_loop
 
-    vae, schedule = load("ldm_vae"), noise_schedule()
+    vae, schedule = needed["ldm_vae"], noise_schedule()
     ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
 
     def loss(unet: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -232,10 +231,9 @@ SAMPLES_PER_CLASS = 50
 
 
 @torch.inference_mode()
-def denoiser_sample_accuracy(model: LatentUNet, _: TrainConfig) -> float:
-    """Share of DDIM-50, guidance-3 samples (50 per class, seeded) the classifier reads as the class asked for."""
-    from .checkpoints import load
-
+def denoiser_sample_accuracy(model: LatentUNet, _: TrainConfig, needed: Needed) -> float:
+    """Share of DDIM-50, guidance-3 samples (50 per class, seeded), decoded by ``needed["ldm_vae"]``, that
+    ``needed["classifier"]`` reads as the class asked for."""
     labels = torch.arange(10).repeat_interleave(SAMPLES_PER_CLASS)
-    images = load("ldm_vae").decode(sample_latents(model, labels, generator=torch.Generator().manual_seed(0)))
-    return (load("classifier")(images).argmax(1) == labels).float().mean().item()
+    images = needed["ldm_vae"].decode(sample_latents(model, labels, generator=torch.Generator().manual_seed(0)))
+    return (needed["classifier"](images).argmax(1) == labels).float().mean().item()

@@ -25,7 +25,13 @@ from torch import nn
 from ..data import load_mnist
 from .gan import Discriminator
 from .losses import binary_entropy, check_weights, critic_loss, looks_real, smoothness, target_nll
-from .training import TrainConfig, pair_batches, pair_schedule
+from .spec import ModelSpec, pair_command, pair_name
+from .training import Needed, TrainConfig, pair_batches, pair_schedule
+
+FAMILY = "expgan"
+"""The zoo's per-pair ExplainGANs are named ``expgan_<q>_<t>``; the ExpGAN method explains with them."""
+EXPGAN_EPOCHS = 30
+"""ExplainGAN until its validity and oracle agreement stop rising (the first generation had 5 epochs)."""
 
 
 def _decoder(out_channels: int = 1) -> nn.Sequential:
@@ -122,13 +128,12 @@ def generator_terms(model: ExplainGAN, classifier: nn.Module, x_query: torch.Ten
     return terms
 
 
-def fit_expgan(model: ExplainGAN, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-               desc: str = "", weights: ExplainGANWeights = ExplainGANWeights(),
+def fit_expgan(model: ExplainGAN, config: TrainConfig, needed: Needed, max_steps: int | None = None,
+               progress: bool = True, desc: str = "", weights: ExplainGANWeights = ExplainGANWeights(),
                after_step: Callable[[], None] | None = None) -> int:
-    """Alternate critic and generator steps over paired batches (Adam, β = (0.5, 0.999))."""
-    from .checkpoints import load
-
-    classifier = load("classifier", device=config.device)
+    """Alternate critic and generator steps over paired batches (Adam, β = (0.5, 0.999)) against the frozen
+    ``needed["classifier"]``."""
+    classifier = needed["classifier"]
     model.to(config.device)
     opt_g = torch.optim.Adam(model.generator.parameters(), lr=config.lr, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(model.critic.parameters(), lr=config.lr, betas=(0.5, 0.999))
@@ -157,10 +162,18 @@ def fit_expgan(model: ExplainGAN, config: TrainConfig, max_steps: int | None = N
 
 
 @torch.inference_mode()
-def expgan_test_validity(model: ExplainGAN, _: TrainConfig) -> float:
-    """Share of MNIST test images of the query class whose counterfactual is called the target."""
-    from .checkpoints import load
-
+def expgan_test_validity(model: ExplainGAN, _: TrainConfig, needed: Needed) -> float:
+    """Share of MNIST test images of the query class whose counterfactual ``needed["classifier"]`` calls the target."""
     query, target = model.pair.tolist()
     x = load_mnist("test", digits=(query,))[0]
-    return (load("classifier")(model(x)).argmax(1) == target).float().mean().item()
+    return (needed["classifier"](model(x)).argmax(1) == target).float().mean().item()
+
+
+def pair_spec(pair: tuple[int, int]) -> ModelSpec:
+    """The zoo entry of one (query, target) pair's ExplainGAN, trained against the shipped classifier."""
+    q, t = pair
+    return ModelSpec(pair_name(FAMILY, pair), lambda: ExplainGAN(pair), fit_expgan, expgan_test_validity,
+                     "test_validity", True,
+                     TrainConfig(epochs=EXPGAN_EPOCHS, seed=50, lr=2e-4, batch_size=64, digits=pair, cosine=False),
+                     0.99, f"ExplainGAN generator (digit + mask, binary-mask prior) and critic for {q}<->{t}",
+                     pair_command(FAMILY, pair), needs=("classifier",))

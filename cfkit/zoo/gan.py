@@ -14,7 +14,7 @@ from torch import nn
 
 from ..data import load_mnist
 from .losses import critic_loss, looks_real
-from .training import TrainConfig, batches, fit_loop
+from .training import Needed, TrainConfig, batches, fit_loop
 
 LATENT_DIM = 100
 
@@ -81,7 +81,7 @@ class Encoder(nn.Module):
         return self.net(x)
 
 
-def fit_dcgan(model: DCGAN, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
+def fit_dcgan(model: DCGAN, config: TrainConfig, _: Needed, max_steps: int | None = None, progress: bool = True,
               desc: str = "") -> int:
     """Alternate D and G steps (Adam 2e-4, β = (0.5, 0.999), non-saturating loss); return steps taken."""
     g, d = model.generator, model.discriminator
@@ -105,12 +105,10 @@ def fit_dcgan(model: DCGAN, config: TrainConfig, max_steps: int | None = None, p
     return step
 
 
-def fit_encoder(model: Encoder, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-                desc: str = "", gan: DCGAN | None = None) -> int:
-    """Train E against the frozen shipped G: ‖G(E(x)) − x‖² + 0.1·‖E(G(z)) − z‖²; return steps taken."""
-    from .checkpoints import load
-
-    generator = (gan or load("dcgan")).generator.eval()
+def fit_encoder(model: Encoder, config: TrainConfig, needed: Needed, max_steps: int | None = None,
+                progress: bool = True, desc: str = "") -> int:
+    """Train E against the frozen ``needed["dcgan"]``'s G: ‖G(E(x)) − x‖² + 0.1·‖E(G(z)) − z‖²; return steps taken."""
+    generator = needed["dcgan"].generator.eval()
 
     def loss(encoder: nn.Module, real: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
         z = torch.randn(len(real), generator.latent_dim)
@@ -121,19 +119,16 @@ def fit_encoder(model: Encoder, config: TrainConfig, max_steps: int | None = Non
     return fit_loop(model, loss, config, max_steps, progress, desc)
 
 
-def sample_fid(model: DCGAN, _: TrainConfig, n: int = 10_000) -> float:
-    """FID of ``n`` seeded samples against the MNIST test set, in the kit's ``features`` space."""
-    from .checkpoints import load
+def sample_fid(model: DCGAN, _: TrainConfig, needed: Needed, n: int = 10_000) -> float:
+    """FID of ``n`` seeded samples against the MNIST test set, in the space of ``needed["features"]``."""
     from .feature_space import FeatureExtractor, fid
 
-    return fid(FeatureExtractor(load("features")), model.sample(n), load_mnist("test")[0])
+    return fid(FeatureExtractor(needed["features"]), model.sample(n), load_mnist("test")[0])
 
 
 @torch.inference_mode()
-def encoder_reconstruction_mse(model: Encoder, _: TrainConfig) -> float:
-    """Mean squared error of G(E(x)) against x over the MNIST test set."""
-    from .checkpoints import load
-
-    generator = load("dcgan").generator
+def encoder_reconstruction_mse(model: Encoder, _: TrainConfig, needed: Needed) -> float:
+    """Mean squared error of G(E(x)) against x over the MNIST test set, G from ``needed["dcgan"]``."""
+    generator = needed["dcgan"].generator
     x = load_mnist("test")[0]
     return torch.cat([(generator(model(c)) - c).pow(2).flatten(1).mean(1) for c in x.split(1000)]).mean().item()

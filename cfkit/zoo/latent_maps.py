@@ -26,7 +26,13 @@ from ..data import load_mnist
 from ..errors import InputError
 from .gan import LATENT_DIM
 from .losses import binary_entropy, check_weights, difference_mask, looks_real, smoothness, target_nll
-from .training import TrainConfig, fit_loop
+from .spec import ModelSpec, pair_command, pair_name
+from .training import Needed, TrainConfig, fit_loop
+
+FAMILY = "c3lt"
+"""The zoo's per-pair latent maps are named ``c3lt_<q>_<t>``; the C3LT method explains with them."""
+C3LT_EPOCHS = 200
+"""The C3LT code's MNIST training length (about 9,000 steps a pair; the first generation had 5 epochs)."""
 
 
 class LatentStep(nn.Module):
@@ -130,24 +136,22 @@ def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, fro
     return terms
 
 
-def frozen_c3lt_parts(device: str = "cpu") -> dict[str, nn.Module]:
-    """The shipped G, D, E and classifier, frozen, in eval mode."""
-    from .checkpoints import load
-
-    gan = load("dcgan", device=device)
-    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": load("encoder", device=device),
-            "classifier": load("classifier", device=device)}
+def frozen_c3lt_parts(needed: Needed) -> dict[str, nn.Module]:
+    """G, D, E and the classifier by their role in the C3LT loss, out of the spec's frozen ``needed`` models."""
+    gan = needed["dcgan"]
+    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": needed["encoder"],
+            "classifier": needed["classifier"]}
 
 
 REFERENCE_WEIGHTS = C3LTWeights(pixel_scale=2.0)
 """The C3LT code's loss weights with its pixel range [-1, 1] (twice the pixel-L1 distances of [0, 1])."""
 
 
-def fit_c3lt(maps: C3LTMaps, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-             desc: str = "", weights: C3LTWeights = REFERENCE_WEIGHTS,
+def fit_c3lt(maps: C3LTMaps, config: TrainConfig, needed: Needed, max_steps: int | None = None,
+             progress: bool = True, desc: str = "", weights: C3LTWeights = REFERENCE_WEIGHTS,
              after_step: Callable[[], None] | None = None) -> int:
     """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs."""
-    frozen = frozen_c3lt_parts(config.device)
+    frozen = frozen_c3lt_parts(needed)
 
     def loss(model: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor) -> torch.Tensor:
         return c3lt_loss(model, x_query, x_target, frozen, weights)["total"]
@@ -156,10 +160,22 @@ def fit_c3lt(maps: C3LTMaps, config: TrainConfig, max_steps: int | None = None, 
 
 
 @torch.inference_mode()
-def c3lt_test_validity(maps: C3LTMaps, _: TrainConfig) -> float:
+def c3lt_test_validity(maps: C3LTMaps, _: TrainConfig, needed: Needed) -> float:
     """Share of MNIST test images of the query class whose counterfactual G(g(E(x))) is called the target."""
-    frozen = frozen_c3lt_parts()
+    frozen = frozen_c3lt_parts(needed)
     query, target = maps.pair.tolist()
     x = load_mnist("test", digits=(query,))[0]
     x_cf = frozen["generator"](maps(frozen["encoder"](x)))
     return (frozen["classifier"](x_cf).argmax(1) == target).float().mean().item()
+
+
+def pair_spec(pair: tuple[int, int]) -> ModelSpec:
+    """The zoo entry of one (query, target) pair's maps on the frozen dcgan, encoder and classifier."""
+    q, t = pair
+    return ModelSpec(pair_name(FAMILY, pair), lambda: C3LTMaps(pair), fit_c3lt, c3lt_test_validity,
+                     "test_validity", True,
+                     # the C3LT code's schedule: 200 epochs, StepLR(25, 0.5), pixel L1 on [-1, 1]
+                     TrainConfig(epochs=C3LT_EPOCHS, seed=40, lr=1e-3, digits=pair, cosine=False, halve_every=25),
+                     0.95, f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder "
+                     "(reference schedule, pixel L1 on [-1, 1])", pair_command(FAMILY, pair),
+                     needs=("dcgan", "encoder", "classifier"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..data import load_mnist
-from .checkpoints import get_spec, load, names, pair_name, read_manifest
+from .checkpoints import get_spec, load, load_needs, names, pair_name, read_manifest
 
 
 def measure_zoo() -> list[dict]:
@@ -13,7 +13,7 @@ def measure_zoo() -> list[dict]:
     rows = []
     for name in names():
         spec, model = get_spec(name), load(name)
-        metric, measured = spec.metric, spec.measure(model, spec.config)
+        metric, measured = spec.metric, spec.measure(model, spec.config, load_needs(spec))
         entry = manifest[name]
         rows.append({
             "model": name, "metric": metric, "measured": round(measured, 6),

@@ -5,7 +5,7 @@ reconstruction MSE, …); :mod:`cfkit.zoo.checkpoints` refuses to ship a model t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,10 @@ class TrainConfig:
     cosine: bool = True
     halve_every: int = 0  # epochs between learning-rate halvings (C3LT's step schedule); 0: never
     device: str = "cpu"  # where the model and batches live ("cuda" on a GPU); recorded, but never changes the result's meaning
+
+
+Needed = Mapping[str, nn.Module]
+"""The zoo models a spec declares in ``needs``, loaded and frozen, by name: what its fit and measure use."""
 
 
 def set_seed(seed: int) -> torch.Generator:
@@ -170,13 +174,13 @@ def reconstruction_mse_on_test(model: nn.Module, digits: tuple[int, ...] | None 
     return errors.mean().item()
 
 
-def fit_classifier(model: nn.Module, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-                   desc: str = "") -> int:
+def fit_classifier(model: nn.Module, config: TrainConfig, _: Needed, max_steps: int | None = None,
+                   progress: bool = True, desc: str = "") -> int:
     """Train with cross-entropy; return the number of steps taken."""
     return fit_loop(model, _classification_loss, config, max_steps, progress, desc)
 
 
-def fit_autoencoder(model: nn.Module, config: TrainConfig, max_steps: int | None = None, progress: bool = True,
-                    desc: str = "") -> int:
+def fit_autoencoder(model: nn.Module, config: TrainConfig, _: Needed, max_steps: int | None = None,
+                    progress: bool = True, desc: str = "") -> int:
     """Train with pixel MSE on the digits of ``config``; return the number of steps taken."""
     return fit_loop(model, reconstruction_loss, config, max_steps, progress, desc)
