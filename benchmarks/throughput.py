@@ -8,6 +8,9 @@ reproduce time is read from ``results/reproduce.json``, which ``cfkit reproduce`
 Run by hand (not in CI), on an otherwise idle machine:
 
     .venv/bin/python benchmarks/throughput.py [--pair 4->9] [--methods cem ldce] [--write results/benchmark.md]
+
+The methods are the catalog's (cfkit/methods/catalog.py); a plugin module named in CFKIT_PLUGINS registers its
+own, in this process and in the workers.
 """
 from __future__ import annotations
 
@@ -17,54 +20,35 @@ import multiprocessing
 import resource
 import time
 
+import torch
+
+from cfkit.data import ensure_mnist
+from cfkit.evaluation import parse_pairs, protocol_queries
+from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR, atomic_write_text
 from cfkit.reproduce import REPRODUCE_RECORD, machine
-from cfkit.table import LABELS, markdown
-
-METHODS = ("adv_attack", "cem", "cve", "expgan", "c3lt", "ldce")
-
-
-def build(name: str):
-    """The method with the defaults its notebook uses."""
-    from cfkit.zoo.checkpoints import load
-
-    classifier = load("classifier")
-    if name == "adv_attack":
-        from cfkit.methods.adversarial import AdversarialAttack
-        return AdversarialAttack(classifier)
-    if name == "cem":
-        from cfkit.methods.cem import CEM
-        return CEM(classifier, load("ae_all"))
-    if name == "cve":
-        from cfkit.methods.cve import CVE
-        return CVE(classifier)
-    if name == "expgan":
-        from cfkit.methods.expgan import ExpGAN
-        return ExpGAN(classifier)
-    if name == "c3lt":
-        from cfkit.methods.c3lt import C3LT
-        return C3LT(classifier)
-    from cfkit.methods.ldce import LDCE
-    return LDCE(classifier)
+from cfkit.table import markdown
+from cfkit.zoo.checkpoints import load
 
 
-def measure(name: str, pair: str) -> dict:
-    """In a fresh process: explain every test query of ``pair``; time, validity and peak memory."""
-    import torch
+def benchmarked() -> list[str]:
+    """Every catalog method but the real-data reference (plugins in CFKIT_PLUGINS included)."""
+    return [entry.name for entry in catalog.entries() if not entry.reference]
 
-    from cfkit.data import ensure_mnist
-    from cfkit.evaluation import parse_pairs, protocol_queries
 
+def measure(name: str, pair: str, n_queries: int = 0) -> dict:
+    """Explain the first ``n_queries`` test queries of ``pair`` (0: all of them; the report runs each method in a
+    fresh process): time, validity and peak memory."""
     ensure_mnist(verbose=False)
     (query, target), = parse_pairs(pair)
-    x, _ = protocol_queries((query, target))
+    x, _ = protocol_queries((query, target), n_queries)
     source = torch.full((len(x),), query)
-    method = build(name)
+    method = catalog.get(name).make(load("classifier"))
     method.explain(x[:2], target, source=source[:2])  # warm-up: checkpoint loading, first-call overheads
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = method.explain(x, target, source=source)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"method": LABELS[name], "pair": pair, "n": len(x), "seconds": round(result.seconds, 1),
+    return {"method": catalog.label(name), "pair": pair, "n": len(x), "seconds": round(result.seconds, 1),
             "cf_per_second": round(len(x) / result.seconds, 2), "seconds_per_cf": round(result.seconds / len(x), 5),
             "peak_rss_mib": round(peak), "rss_before_run_mib": round(before), "validity": round(result.validity, 4)}
 
@@ -84,7 +68,7 @@ def reproduce_section() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", default="4->9")
-    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="*", default=benchmarked(), choices=benchmarked())
     parser.add_argument("--write", default=None, help="also write the report (Markdown) to this file")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")

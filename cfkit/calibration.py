@@ -33,9 +33,14 @@ import torch
 from . import bootstrap
 from .data import PAIRS, load_mnist, pair_name
 from .errors import MissingResultsError
+from .methods import catalog
+from .methods.adversarial import AdversarialAttack
+from .methods.original import OriginalData
 from .metrics import im1_terms, im2_scores, per_image_ratios, ratio_of_sums
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
+from .plots import save_figure
 from .store import load_counterfactuals, set_path
+from .zoo.checkpoints import load
 from .zoo.nets import ClassAutoencoder
 from .zoo.training import TrainConfig, fit_loop, reconstruction_loss, reconstruction_mse_on_test, total_steps
 
@@ -153,11 +158,16 @@ def train_snapshots(digit: int, architecture: Architecture, epochs: Iterable[int
     return snapshots
 
 
+REAL, ATTACK = OriginalData.name, AdversarialAttack.name
+"""The study's real-data reference and the attack it must rank below."""
+
+
 def _protocol_sets(runs_dir: Path, pairs: Iterable[tuple[int, int]]) -> dict[tuple[str, tuple[int, int]], object]:
     """The saved Original Data and PGD sets of each pair, and held-out real digits: the first test digits of the
     target class, as many as the pair has queries."""
     sets = {}
-    for method, notebook in (("original_data", "10_metrics"), ("adv_attack", "01_adversarial")):
+    for method in (REAL, ATTACK):
+        notebook = catalog.get(method).notebook
         for pair in pairs:
             path = set_path(runs_dir / notebook, method, pair)
             if not path.is_file():
@@ -165,7 +175,7 @@ def _protocol_sets(runs_dir: Path, pairs: Iterable[tuple[int, int]]) -> dict[tup
                                           "(or `make reproduce`) first.")
             sets[(method, pair)] = load_counterfactuals(path)
     for pair in pairs:
-        original = sets[("original_data", pair)]
+        original = sets[(REAL, pair)]
         heldout = load_mnist("test", digits=(pair[1],))[0][: len(original.x_cf)]
         sets[("heldout", pair)] = replace(original, x_cf=heldout, target=original.target[: len(heldout)],
                                           source=original.source[: len(heldout)])
@@ -194,7 +204,6 @@ def run_study(runs_dir: str | Path | None = None, pairs: Iterable[tuple[int, int
     """A row per (setting, aggregation, pair) and per (setting, aggregation) over the pairs (``pair`` = mean):
     IM1 of Original Data, held-out real digits and PGD with 95 % bootstrap intervals, IM2 of Original Data and
     PGD, and the autoencoders' test MSE by digit. The shipped autoencoders are the reference row."""
-    from .zoo.checkpoints import load
 
     runs_dir, pairs, grid = Path(runs_dir or RUNS_DIR), list(pairs), list(grid)
     sets = _protocol_sets(runs_dir, pairs)
@@ -215,7 +224,7 @@ def run_study(runs_dir: str | Path | None = None, pairs: Iterable[tuple[int, int
     return rows
 
 
-SETS = (("original", "original_data"), ("heldout", "heldout"), ("pgd", "adv_attack"))
+SETS = (("original", REAL), ("heldout", "heldout"), ("pgd", ATTACK))
 """The study's three sets: Original Data (training digits of the target), held-out test digits, PGD."""
 
 
@@ -352,7 +361,6 @@ def calibrate(runs_dir: str | Path | None = None, results_dir: str | Path | None
              "grid": [{**asdict(a), "epochs": list(e)} for a, e in GRID],
              "command": "cfkit calibrate", "seconds": round(time.perf_counter() - start, 1),
              "seeds": "10 + digit, as the shipped ae_<digit>", "ae_all": "the shipped ae_all"}
-    from .plots import save_figure
 
     results_dir = Path(results_dir or RESULTS_DIR)
     atomic_write_json(results_dir / STUDY_FILE, study)

@@ -17,18 +17,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .data import PAIRS, pair_name
+from .data import PAIRS, load_mnist, pair_name
 from .errors import InputError
 from .evaluation import compare_settings, parse_pairs, protocol_queries, reference_images
 from .methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
 from .methods.base import CounterfactualMethod, Result
 from .methods.c3lt import C3LT
-from .methods.cem import CEM_REFERENCE, CEM, CEMConfig
-from .methods.cve import CVE_KIT, CVE_REFERENCE, CVE
+from .methods.cem import CEM, CEM_REFERENCE, CEMConfig
+from .methods.cve import CVE, CVE_KIT, CVE_REFERENCE
 from .methods.expgan import ExpGAN
-from .methods.ldce import LDCE_KIT, LDCE_REFERENCE, LDCE, LDCEConfig
-from .metrics import MetricModels, evaluate_pair, mean_row
+from .methods.ldce import LDCE, LDCE_KIT, LDCE_REFERENCE, LDCEConfig
+from .metrics import MetricModels
 from .paths import CHECKPOINT_DIR, atomic_write_text
+from .scoring import evaluate_pair, mean_row
+from .zoo.checkpoints import load, load_needs, pair_name as model_name, pair_spec, read_manifest, train
+from .zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
 
 COLUMNS = ("method", "setting", "budget", "n", "im1", "im2", "fid", "validity", "proximity", "seconds_per_cf",
            "pair", "im1_lo", "im1_hi", "fid_lo", "fid_hi", "oracle_agreement", "budget_unit", "budget_run", "device")
@@ -54,7 +57,6 @@ class Setting:
 
 
 def _cem(config: CEMConfig) -> Build:
-    from .zoo.checkpoints import load
 
     return lambda classifier, device: CEM(classifier, load("ae_all", device=device), config, device=device,
                                           batch_size=128)
@@ -72,12 +74,12 @@ def cem_settings(budgets: Sequence[int] = (50, 200, 1000), patience: int = 0) ->
     """The kit's CEM, the reference (9 × 1000) and the reference's hinge, κ, γ at fewer iterations a round;
     ``patience`` > 0 stops a round early once every image's best iterate has settled (``budget_run``)."""
     kit = CEMConfig()
-    rows = [Setting("cem", "kit", kit.search_steps * kit.iterations, "FISTA iterations", _cem(kit),
+    rows = [Setting(CEM.name, "kit", kit.search_steps * kit.iterations, "FISTA iterations", _cem(kit),
                     _fista_iterations)]
     for iterations in budgets:
         config = replace(CEM_REFERENCE, iterations=iterations, patience=patience)
         name = "reference" if iterations == CEM_REFERENCE.iterations else f"reference@{iterations}"
-        rows.append(Setting("cem", name, config.search_steps * iterations, "FISTA iterations", _cem(config),
+        rows.append(Setting(CEM.name, name, config.search_steps * iterations, "FISTA iterations", _cem(config),
                             _fista_iterations))
     return rows
 
@@ -86,39 +88,41 @@ def ldce_settings(steps: Sequence[int] = (100, 250, 500)) -> list[Setting]:
     """The kit's LDCE and the reference (α 40°, strength 0.342, gradient through the denoiser) at DDIM
     schedules of ``steps`` (500 is the paper's; the budget is the denoising steps actually run)."""
     kit = LDCE_KIT
-    rows = [Setting("ldce", "kit", kit.denoising_steps, "denoising steps", _ldce(kit))]
+    rows = [Setting(LDCE.name, "kit", kit.denoising_steps, "denoising steps", _ldce(kit))]
     for total in steps:
         config = replace(LDCE_REFERENCE, steps=total)
         name = "reference" if config == LDCE_REFERENCE else f"reference@{config.denoising_steps}"
-        rows.append(Setting("ldce", name, config.denoising_steps, "denoising steps", _ldce(config)))
+        rows.append(Setting(LDCE.name, name, config.denoising_steps, "denoising steps", _ldce(config)))
     return rows
 
 
 def fixed_settings() -> list[Setting]:
     """Adv. Attack and CVE, whose reference differs in kind (radius, search), not in budget."""
     return [
-        Setting("adv_attack", "kit", ATTACK_KIT.steps, "PGD steps",
+        Setting(AdversarialAttack.name, "kit", ATTACK_KIT.steps, "PGD steps",
                 lambda c, d: AdversarialAttack(c, ATTACK_KIT, device=d)),
-        Setting("adv_attack", "reference", ATTACK_REFERENCE.steps, "PGD steps",
+        Setting(AdversarialAttack.name, "reference", ATTACK_REFERENCE.steps, "PGD steps",
                 lambda c, d: AdversarialAttack(c, ATTACK_REFERENCE, device=d)),
-        Setting("cve", "kit", CVE_KIT.max_cells, "cells", lambda c, d: CVE(c, CVE_KIT, device=d)),
-        Setting("cve", "reference", CVE_REFERENCE.max_cells, "cells", lambda c, d: CVE(c, CVE_REFERENCE, device=d)),
+        Setting(CVE.name, "kit", CVE_KIT.max_cells, "cells", lambda c, d: CVE(c, CVE_KIT, device=d)),
+        Setting(CVE.name, "reference", CVE_REFERENCE.max_cells, "cells", lambda c, d: CVE(c, CVE_REFERENCE, device=d)),
     ]
+
+
+PAIR_METHODS = {cls.family: cls for cls in (C3LT, ExpGAN)}
+"""The methods with a model per pair, by zoo family: their settings are checkpoints, not knobs."""
 
 
 def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Setting]:
     """C3LT and ExpGAN: the first-generation checkpoints (``kit``) against the shipped, retrained ones
     (``reference``); the budget is the training steps from each manifest."""
-    from .zoo.checkpoints import pair_name as model_name
-    from .zoo.checkpoints import read_manifest
 
     rows = []
-    for family, cls in (("c3lt", C3LT), ("expgan", ExpGAN)):
+    for cls in PAIR_METHODS.values():
         for setting, directory in (("kit", FIRST_GENERATION_DIR), ("reference", None)):
             manifest = read_manifest(directory)
-            steps = [manifest.get(model_name(family, p), {}).get("steps") for p in pairs]
+            steps = [manifest.get(model_name(cls.family, p), {}).get("steps") for p in pairs]
             budget = sum(steps) / len(steps) if all(steps) else float("nan")
-            rows.append(Setting(family, setting, budget, "training steps",
+            rows.append(Setting(cls.name, setting, budget, "training steps",
                                 lambda c, d, cls=cls, directory=directory: cls(c, pair_dir=directory, device=d)))
     return rows
 
@@ -126,9 +130,14 @@ def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Settin
 def snapshot_setting(family: str, step: int, models: dict[tuple[int, int], nn.Module]) -> Setting:
     """A training snapshot of C3LT or ExpGAN (in memory, one model per pair, copies that training no longer
     changes) as a point of the curve."""
-    cls = {"c3lt": C3LT, "expgan": ExpGAN}[family]
+    cls = PAIR_METHODS[family]
     return Setting(family, f"reference@{step}", step, "training steps",
                    lambda c, d: cls(c, models=models, device=d))
+
+
+def studied_methods() -> list[str]:
+    """The methods the study has settings for, in the order it runs them."""
+    return list(dict.fromkeys(s.method for s in study_settings()))
 
 
 def study_settings(methods: Iterable[str] | None = None, cem_budgets: Sequence[int] = (50, 200, 1000),
@@ -249,8 +258,6 @@ def train_with_curve(family: str, pairs: Iterable[tuple[int, int]], directory: s
     """Train ``family``'s model of every pair into ``directory`` (checkpoints and manifest, as ``cfkit train``),
     keep a snapshot at each of ``curve_steps``, and score the snapshots on the study subset: the curve of
     the metrics over training steps (a snapshot step past a pair's training length is left out)."""
-    from .zoo.checkpoints import pair_name as model_name
-    from .zoo.checkpoints import train
 
     pairs = parse_pairs(pairs)
     snapshots: dict[int, dict[tuple[int, int], nn.Module]] = {}
@@ -273,8 +280,6 @@ def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: Metr
     """What C3LT's generator and encoder allow at best: G(E(x)) of ``n_queries`` real *training* digits of each
     target class, no map applied, scored like a counterfactual set of the pair (kit-FID against the target's test
     digits). A C3LT counterfactual cannot look more real than the reconstruction of a real target digit."""
-    from .data import load_mnist
-    from .zoo.checkpoints import load
 
     models = models or MetricModels.from_zoo(inception=False)
     generator, encoder = load("dcgan").generator, load("encoder")
@@ -290,7 +295,7 @@ def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: Metr
         pair_rows.append({**row, "pair": pair_name(pair), "budget_run": None})
         pair_reps.append(reps)
     mean = {**mean_row(pair_rows, pair_reps), "pair": "mean", "budget_run": None}
-    floor = Setting("c3lt", "floor G(E(x))", float("nan"), "none", lambda c, d: None)
+    floor = Setting(C3LT.name, "floor G(E(x))", float("nan"), "none", lambda c, d: None)
     return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
 
 
@@ -312,11 +317,9 @@ def c3lt_ablation(pair: tuple[int, int] = (5, 6), steps: int = 1000, n_queries: 
     """Train ``pair``'s C3LT maps for ``steps`` under each variant of :data:`C3LT_ABLATION` (the reference
     weights and schedule otherwise) and score them on the study subset; a row per variant. The training curve
     is flat from 1000 steps, so 1000 steps show what each change can do."""
-    from .zoo.checkpoints import load_needs, pair_spec
-    from .zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
 
     models = models or MetricModels.from_zoo(inception=False)
-    spec = pair_spec("c3lt", pair)
+    spec = pair_spec(C3LT.family, pair)
     config, needed = spec.config, load_needs(spec)
     rows = []
     for name in variants or C3LT_ABLATION:
@@ -326,7 +329,7 @@ def c3lt_ablation(pair: tuple[int, int] = (5, 6), steps: int = 1000, n_queries: 
         maps = C3LTMaps(pair, **shape)
         fit_c3lt(maps, config, needed, max_steps=steps, progress=False, weights=replace(REFERENCE_WEIGHTS, **change))
         maps.eval()
-        setting = Setting("c3lt", f"ablation: {name}", steps, "training steps",
+        setting = Setting(C3LT.name, f"ablation: {name}", steps, "training steps",
                           lambda c, d, m=maps: C3LT(c, models={pair: m}, device=d))
         row = score_setting(setting, [pair], n_queries, models)[0]
         rows.append(row)
@@ -371,9 +374,9 @@ def recorded_numbers(rows: list[dict]) -> dict[str, float]:
 
 def floor_gap(rows: list[dict], setting: str = "reference") -> list[dict]:
     """Per pair, C3LT's kit-FID beside the generator/encoder floor: is it within its interval of the floor?"""
-    floor = {r["pair"]: r for r in rows if r["method"] == "c3lt" and r["setting"] == "floor G(E(x))"}
+    floor = {r["pair"]: r for r in rows if r["method"] == C3LT.name and r["setting"] == "floor G(E(x))"}
     out = []
-    for r in (r for r in rows if r["method"] == "c3lt" and r["setting"] == setting and r["pair"] in floor):
+    for r in (r for r in rows if r["method"] == C3LT.name and r["setting"] == setting and r["pair"] in floor):
         gap = r["fid"] - floor[r["pair"]]["fid"]
         half_width = (r["fid_hi"] - r["fid_lo"]) / 2 if r.get("fid_hi") is not None else float("nan")
         out.append({"pair": r["pair"], "c3lt_fid": r["fid"], "floor_fid": floor[r["pair"]]["fid"], "gap": gap,

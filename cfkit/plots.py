@@ -9,6 +9,10 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from . import columns as table_columns
+from .methods import catalog
+from .paths import atomic_write_bytes
+
 
 def _image(ax: Axes, img: torch.Tensor, title: str | None = None, diff: bool = False,
            scale: float = 1.0) -> None:
@@ -81,27 +85,28 @@ def explain_one(
     return fig
 
 
-TABLE_PANELS = {
-    "im1": "IM1 ↓", "im1_sum": "IM1, ratio of sums ↓", "im2": "IM2 ↓", "fid": "FID ↓ (kit features)", "kid": "KID ↓ (kit features)",
-    "validity": "validity ↑", "oracle_agreement": "oracle agreement ↑", "proximity": "proximity ↓ (mean |x′−x|)",
-    "sparsity": "sparsity ↓ (share > 0.1)", "cout": "COUT ↑", "seconds_per_cf": "seconds per CF (log)",
-    "fid_inception": "FID ↓ (Inception, first n)", "kid_inception": "KID ↓ (Inception, first n)",
-}
+PANELS_PER_ROW = 7
+"""The table figure's width in panels; rows are added as columns are."""
 _PAIR_MARKERS = ("o", "s", "^", "D", "v")
 
 
-def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, float] | None = None) -> Figure:
-    """The results table as one panel per metric: a bar per method (its mean over pairs), a marker per pair,
-    the paper's IM1 as a star, the mean's 95 % bootstrap interval as an error bar; a method of ``labels``
-    without rows is written in as missing."""
+def table_figure(rows: list[dict]) -> Figure:
+    """The results table as one panel per metric column: a bar per catalog method (its mean over pairs), a marker
+    per pair, the paper's IM1 as a star, the mean's 95 % bootstrap interval as an error bar; a method without
+    rows is written in as missing. The grid grows with the columns (:data:`PANELS_PER_ROW` a row)."""
     means = {r["method"]: r for r in rows if r["pair"] == "mean"}
     pairs = list(dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"))
-    methods = list(labels)
-    columns = -(-len(TABLE_PANELS) // 2)  # two rows of panels, as many columns as the metrics need
-    fig, axes = plt.subplots(2, columns, figsize=(3.4 * columns, 6.8), squeeze=False)
-    for ax in axes.flat[len(TABLE_PANELS):]:
+    labels, paper_im1 = catalog.labels(), catalog.paper_im1()
+    references = {entry.name for entry in catalog.entries() if entry.reference}
+    methods = list(labels) + [m for m in means if m not in labels]  # sets of an unregistered method still show
+    panels = table_columns.panels()
+    width = min(PANELS_PER_ROW, len(panels))
+    height = -(-len(panels) // width)
+    fig, axes = plt.subplots(height, width, figsize=(3.4 * width, 3.4 * height + 0.4), squeeze=False)
+    for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, (column, title) in zip(axes.flat, TABLE_PANELS.items()):
+    for ax, panel in zip(axes.flat, panels):
+        column = panel.name
         for i, method in enumerate(methods):
             mean = means.get(method, {}).get(column)
             if method not in means:
@@ -109,7 +114,7 @@ def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, 
                         va="center", fontsize=8, color="tab:gray")
                 continue
             if mean is not None:
-                ax.bar(i, mean, color="tab:blue" if method != "original_data" else "tab:green", alpha=0.75)
+                ax.bar(i, mean, color="tab:green" if method in references else "tab:blue", alpha=0.75)
                 low, high = means[method].get(f"{column}_lo"), means[method].get(f"{column}_hi")
                 if low is not None and high is not None:
                     ax.errorbar(i, mean, yerr=[[max(0.0, mean - low)], [max(0.0, high - mean)]], color="tab:gray",
@@ -119,21 +124,22 @@ def table_figure(rows: list[dict], labels: dict[str, str], paper_im1: dict[str, 
                 if value is not None:
                     ax.plot(i, value, _PAIR_MARKERS[k % len(_PAIR_MARKERS)], color="black", markersize=3.5,
                             label=pair if i == 0 or method == next(iter(means)) else None)
-            if column == "im1" and paper_im1 and method in paper_im1:
+            if column == "im1" and method in paper_im1:
                 ax.plot(i, paper_im1[method], "*", color="tab:red", markersize=11,
                         label="paper (mean)" if method == next(m for m in methods if m in paper_im1) else None)
-        if column == "seconds_per_cf":
+        if panel.log_scale:
             ax.set_yscale("log")
         ax.set_xticks(range(len(methods)))
-        ax.set_xticklabels([labels[m] for m in methods], rotation=45, ha="right", fontsize=8)
-        ax.set_title(title, fontsize=10)
+        ax.set_xticklabels([labels.get(m, m) for m in methods], rotation=45, ha="right", fontsize=8)
+        ax.set_title(panel.title, fontsize=10)
         ax.tick_params(axis="y", labelsize=8)
     handles, names = axes.flat[0].get_legend_handles_labels()
     unique = dict(zip(names, handles))
-    fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncol=len(unique))
+    if unique:  # none when no method has per-pair rows or a paper figure
+        fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncol=len(unique))
     fig.suptitle("bars: mean over pairs with its 95 % bootstrap interval; markers: each pair. "
                  "FID/KID in the kit's MNIST feature space unless marked Inception", fontsize=10, x=0.4)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.4 * height + 0.4)))
     return fig
 
 
@@ -147,7 +153,6 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     """Save ``fig`` as PNG atomically (so a crash never leaves a half-written picture) and close it."""
     import io
 
-    from .paths import atomic_write_bytes
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
@@ -217,10 +222,10 @@ def distributions(values: dict[str, torch.Tensor], xlabel: str, bins: int = 30) 
     return figure
 
 
-def comparison_matrix(comparisons: list[dict], labels: dict[str, str], metrics: Sequence[str] = ("im1", "fid"),
-                      pair: str = "mean") -> Figure:
+def comparison_matrix(comparisons: list[dict], labels: dict[str, str] | None = None,
+                      metrics: Sequence[str] = ("im1", "fid"), pair: str = "mean") -> Figure:
     """One panel per metric: cell (A, B) is A − B on ``pair`` from the paired bootstrap, coloured by sign, with
-    ``*`` where its 95 % interval excludes zero (the row method is A)."""
+    ``*`` where its 95 % interval excludes zero (the row method is A); ``labels`` default to the catalog's."""
     import numpy as np
 
     chosen = [c for c in comparisons if c["pair"] == pair and c["metric"] in metrics]
@@ -238,7 +243,7 @@ def comparison_matrix(comparisons: list[dict], labels: dict[str, str], metrics: 
         ax.imshow(grid, cmap="coolwarm", vmin=-limit, vmax=limit)
         for (i, j), significant in stars.items():
             ax.text(j, i, f"{grid[i, j]:.2f}{'*' if significant else ''}", ha="center", va="center", fontsize=7)
-        names = [labels.get(m, m) for m in methods]
+        names = [(labels or catalog.labels()).get(m, m) for m in methods]
         ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(methods)), names, fontsize=8)
         ax.set_title(f"{metric}: row − column ({pair}); * 95 % CI excludes 0", fontsize=9)
@@ -253,7 +258,8 @@ STUDY_METRICS = (("im1", "IM1 ↓"), ("fid", "kit-FID ↓"), ("validity", "valid
 def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Figure:
     """The faithfulness study (mean rows): one row of panels per method with more than two settings, each metric
     over the method's budget (log scale). Curve points are lines, one per device that measured them (the GPU's
-    dashed); ``kit`` is a circle, ``reference`` a star; IM1 and FID carry their 95 % intervals."""
+    dashed); ``kit`` is a circle, ``reference`` a star; IM1 and FID carry their 95 % intervals; ``labels`` default
+    to the catalog's."""
     from matplotlib.ticker import NullFormatter
 
     means = [r for r in rows if r["pair"] == "mean" and isinstance(r.get("budget"), (int, float))
@@ -282,7 +288,7 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
-            ax.set_title(f"{(labels or {}).get(method, method)}: {title}", fontsize=8)
+            ax.set_title(f"{(labels or catalog.labels()).get(method, method)}: {title}", fontsize=8)
             ax.set_xlabel(points[0].get("budget_unit") or "budget", fontsize=7)
         ax_row[0].legend(fontsize=6)
     fig.tight_layout()

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from . import plots
 from .evaluation import gallery
+from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_text
 from .run import read_record
-from .table import LABELS, to_markdown, write_table
+from .table import to_markdown, write_table
 
 COMPARISON_COLUMNS = ("metric", "pair", "a", "b", "difference", "lo", "hi", "p_value", "significant")
 
@@ -27,7 +28,7 @@ def collect_table(runs_dir: str | Path | None = None, write: bool = True, result
         if "comparisons" in record:
             write_comparisons(record["comparisons"], results_dir)
         queries, counterfactuals, titles = gallery(runs_dir)
-        labelled = {LABELS.get(method, method): images for method, images in counterfactuals.items()}
+        labelled = {catalog.label(method): images for method, images in counterfactuals.items()}
         plots.save_figure(plots.method_gallery(queries, labelled, titles), results_dir / "counterfactuals.png")
     return to_markdown(rows, note)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import columns as table_columns
 from .errors import SchedulerError, SweepError
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_text
 from .reproduce import thread_limits, threads_per_job
@@ -38,8 +39,6 @@ RUN_COLUMNS = ("seconds", "error", "folder")
 MAX_PANELS = 4
 DEFAULT_PLOT = re.compile(r"[^/]+/mean/(validity|im1)")
 """Plotted when the table keeps more than MAX_PANELS numbers: each method's mean validity and IM1."""
-LOWER_IS_BETTER = ("im1", "im2", "fid", "kid")
-SHARES = ("validity", "oracle_agreement", "sparsity")
 CONNECT_TIMEOUT_S = 10
 
 
@@ -312,8 +311,8 @@ def plot_sweep(rows: list[dict], swept: list[str], metrics: list[str], path: Pat
         if categorical:
             ax.set_xticks(range(len(labels)), labels)
         last = metric.rsplit("/", 1)[-1]
-        ax.set_title(metric + (" (lower is better)" if last in LOWER_IS_BETTER else ""), fontsize=9)
-        if last in SHARES:  # on the full [0, 1] scale, so 0.98 does not look like a collapse
+        ax.set_title(metric + (" (lower is better)" if last in table_columns.lower_is_better() else ""), fontsize=9)
+        if last in table_columns.shares():  # on the full [0, 1] scale, so 0.98 does not look like a collapse
             ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel(x_name)
         ax.grid(alpha=0.3)

@@ -1,8 +1,9 @@
-"""The results table: ``results/table.csv`` (fixed header) and ``results/table.md`` with the paper's IM1.
+"""The results table: ``results/table.csv`` (header from :mod:`cfkit.columns`) and ``results/table.md``.
 
-The CSV's first thirteen columns are the protocol's; after them come the Inception-space FID/KID with the n
-they were computed on, and a 95 % bootstrap interval (``<metric>_lo``, ``<metric>_hi``) for every metric.
-table.md shows each value as ``point ± half-width`` of its interval.
+The CSV's first thirteen columns are the protocol's; after them come the later columns (Inception-space
+FID/KID with their n, calibrated IM1/IM2, …) and a 95 % bootstrap interval (``<metric>_lo``, ``<metric>_hi``)
+for every metric. table.md shows each value as ``point ± half-width`` of its interval, with the paper's IM1
+beside ours; methods and their labels come from :mod:`cfkit.methods.catalog`.
 """
 from __future__ import annotations
 
@@ -11,27 +12,21 @@ import io
 import math
 from pathlib import Path
 
+from . import columns as table_columns
 from .bootstrap import RESAMPLES
-from .metrics import CALIBRATED, INCEPTION, INTERVALS, RATIOS
+from .methods import catalog
 from .paths import RESULTS_DIR, atomic_write_text
+from .plots import save_figure, table_figure
 from .zoo.inception import INCEPTION_REFERENCE
 
-HEADER = ("method", "pair", "n", "im1", "im2", "fid", "kid", "validity", "oracle_agreement", "proximity",
-          "sparsity", "cout", "seconds_per_cf", "n_inception") + INCEPTION + CALIBRATED + RATIOS + INTERVALS
-INTEGER = ("n", "n_inception")
-PAPER_IM1 = {"cem": 1.68, "cve": 1.44, "adv_attack": 1.02, "expgan": 0.72, "c3lt": 0.70, "original_data": 0.47}
-"""IM1 on MNIST from Khorram & Fuxin (CVPR 2022), Table 1; LDCE was not run there."""
-LABELS = {"original_data": "Original Data", "adv_attack": "Adv. Attack", "cem": "CEM", "cve": "CVE",
-          "expgan": "ExpGAN", "c3lt": "C3LT", "ldce": "LDCE"}
-NOTEBOOKS = {"original_data": "10_metrics", "adv_attack": "01_adversarial", "cem": "02_cem", "cve": "03_cve",
-             "expgan": "04_expgan", "c3lt": "05_c3lt", "ldce": "06_ldce"}
-"""The notebook that makes each method's counterfactual sets: what to run when a row is missing."""
+PAPER_COLUMN = "paper im1"
+"""table.md's column of the paper's IM1 (mean rows), right after ``im1``."""
 
 
 def missing_methods(rows: list[dict]) -> list[str]:
-    """The table's methods without any row (their notebook has not run), in table order."""
+    """The catalog's methods without any row (their notebook has not run), in table order."""
     present = {row["method"] for row in rows}
-    return [method for method in LABELS if method not in present]
+    return [method for method in catalog.names() if method not in present]
 
 
 def _cell(value: object, digits: int = 4) -> str:
@@ -45,15 +40,21 @@ def _cell(value: object, digits: int = 4) -> str:
 def to_csv(rows: list[dict]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(HEADER)
+    header = table_columns.header()
+    writer.writerow(header)
     for row in rows:
-        writer.writerow([_cell(row.get(column), 6) for column in HEADER])
+        writer.writerow([_cell(row.get(column), 6) for column in header])
     return buffer.getvalue()
 
 
-MARKDOWN_COLUMNS = ("method", "pair", "n", "im1", "paper im1", "im1_sum", "im1_calibrated", "im2", "im2_calibrated", "fid",
-                    "kid", "n_inception", "fid_inception", "kid_inception", "validity", "oracle_agreement", "proximity",
-                    "sparsity", "cout", "seconds_per_cf")
+def markdown_columns() -> list[str]:
+    """table.md's columns: method, pair, then every metric in display order with the paper's IM1 after ``im1``."""
+    names = ["method", "pair"]
+    for column in table_columns.display_order():
+        names.append(column.name)
+        if column.name == "im1":
+            names.append(PAPER_COLUMN)
+    return names
 
 
 def _with_interval(row: dict, column: str, digits: int) -> str:
@@ -66,23 +67,28 @@ def _with_interval(row: dict, column: str, digits: int) -> str:
 
 def to_markdown(rows: list[dict], inception_note: str | None = None) -> str:
     """The table for people; ``inception_note`` says why the Inception columns are empty, when they are."""
-    columns = list(MARKDOWN_COLUMNS)
+    columns = markdown_columns()
+    paper = catalog.paper_im1()
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = []
-        for column in columns:
-            if column == "method":
-                cells.append(LABELS.get(row["method"], row["method"]))
-            elif column == "paper im1":
-                cells.append(_cell(PAPER_IM1.get(row["method"]), 2) if row["pair"] == "mean" else "")
-            elif column in ("pair", "n", "n_inception", "seconds_per_cf"):
-                cells.append(_cell(row.get(column), 3))
+        for name in columns:
+            if name == "method":
+                cells.append(catalog.label(row["method"]))
+            elif name == PAPER_COLUMN:
+                cells.append(_cell(paper.get(row["method"]), 2) if row["pair"] == "mean" else "")
+            elif name == "pair":
+                cells.append(row["pair"])
             else:
-                cells.append(_with_interval(row, column, 4 if column.startswith("kid") else 3))
+                column = table_columns.get(name)
+                cells.append(_with_interval(row, name, column.digits) if column.interval
+                             else _cell(row.get(name), column.digits))
         lines.append("| " + " | ".join(cells) + " |")
     for method in missing_methods(rows):
-        note = f"missing: run `cfkit run {NOTEBOOKS[method]}`, then `cfkit run 10_metrics`"
-        lines.append("| " + " | ".join([LABELS[method], "", "", note] + [""] * (len(columns) - 4)) + " |")
+        notebook = catalog.get(method).notebook
+        note = (f"missing: run `cfkit run {notebook}`, then `cfkit run 10_metrics`" if notebook else
+                "missing: save its sets with `cfkit.evaluation.run_method`, then score them")
+        lines.append("| " + " | ".join([catalog.label(method), "", "", note] + [""] * (len(columns) - 4)) + " |")
     notes = (
         "\nIM1, IM2 (lower is better): `im1`/`im2` with the Van Looveren & Klaise autoencoders on [0, 1] images "
         "(the reference setting), `im1` as the mean of per-image ratios and `im1_sum` as the ratio of summed "
@@ -109,22 +115,21 @@ def to_markdown(rows: list[dict], inception_note: str | None = None) -> str:
 def read_csv(path: str | Path) -> list[dict]:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
+    counts = {c.name for c in table_columns.columns() if c.count}
     for row in rows:
-        for column in HEADER[2:]:
-            value = row.get(column, "")
-            row[column] = None if value in ("", None) else int(value) if column in INTEGER else float(value)
+        for column in set(row) - {"method", "pair"}:  # a column registered elsewhere still reads as a number
+            value = row[column]
+            row[column] = None if value in ("", None) else int(value) if column in counts else float(value)
     return rows
 
 
 def write_table(rows: list[dict], results_dir: str | Path | None = None, inception_note: str | None = None
                 ) -> tuple[Path, Path, Path]:
     """Write ``table.csv``, ``table.md`` and the figure ``table.png`` atomically; return their paths."""
-    from .plots import save_figure, table_figure
-
     results_dir = Path(results_dir or RESULTS_DIR)
     return (atomic_write_text(results_dir / "table.csv", to_csv(rows)),
             atomic_write_text(results_dir / "table.md", to_markdown(rows, inception_note)),
-            save_figure(table_figure(rows, LABELS, PAPER_IM1), results_dir / "table.png"))
+            save_figure(table_figure(rows), results_dir / "table.png"))
 
 
 def markdown(rows: list[dict], columns: list[str] | None = None) -> str:

@@ -11,6 +11,9 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
+from . import plots
+from .evaluation import protocol_queries
+
 
 def explorer(draw: Callable[..., object], **controls: widgets.ValueWidget) -> widgets.VBox:
     """Return a box with ``controls`` and an output area where ``draw(**values)`` renders on every change."""
@@ -49,7 +52,6 @@ def choice(options: list, description: str, value: object | None = None) -> widg
 
 def _draw_one(method, x: torch.Tensor, source: int, target: int, note: str):
     """Explain one query and draw query, counterfactual, difference and both probability bars."""
-    from . import plots
 
     result = method.explain(x, target, source=torch.tensor([source]))
     with torch.inference_mode():
@@ -90,7 +92,6 @@ def pair_explorer(
 ) -> widgets.VBox:
     """For methods trained per pair (C3LT, ExpGAN): a pair selector, the query index among the pair's test
     queries, and the method's knob; redraws like :func:`method_explorer`."""
-    from .evaluation import protocol_queries
 
     queries = {pair: protocol_queries(pair, n_queries)[0] for pair in pairs}
 

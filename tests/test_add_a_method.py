@@ -7,6 +7,7 @@ The README holds the example in a ```python fence right after the line ``<!-- ad
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -16,16 +17,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from matplotlib import pyplot as plt
 
-from cfkit import evaluation, store, table
+from cfkit import evaluation, plots, table
 from cfkit.data import PAIRS, load_mnist, pair_name
 from cfkit.errors import InputError
+from cfkit.methods import catalog
 from cfkit.methods.base import CounterfactualMethod
 from cfkit.zoo.checkpoints import load
 
 from method_contract import (BAD_INPUTS, check_bad_input, check_explain_contract, check_refuses_the_query_class,
                              contract_queries)
 
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
 README = Path(os.environ.get("CFKIT_README") or Path(__file__).resolve().parents[1] / "README.md")
 MARKER = "<!-- add-a-method example -->"
 
@@ -37,6 +41,14 @@ def readme_example() -> str:
         pytest.fail(f"{README.name} lacks the add-a-method example block: a ```python fence right after "
                     f"the line {MARKER} ({README})")
     return found.group(1)
+
+
+def _benchmark_script() -> types.ModuleType:
+    """benchmarks/throughput.py, imported from its file (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("throughput", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,7 +81,7 @@ def method(example) -> CounterfactualMethod:
 def test_the_example_has_the_documented_shape(example, method) -> None:
     assert issubclass(example.PrototypeBlend, CounterfactualMethod)
     assert example.PrototypeBlend._explain_batch is not CounterfactualMethod._explain_batch
-    assert method.name == "prototype_blend" and method.name not in store.METHODS, "the example is not a shipped method"
+    assert method.name == "prototype_blend" and method.name not in catalog.names(), "the example is not a shipped method"
     assert isinstance(method.config, example.BlendConfig)
     with pytest.raises(dataclasses.FrozenInstanceError):
         method.config.steps = 3
@@ -115,14 +127,18 @@ def test_target_equal_to_query_class(method) -> None:
     check_refuses_the_query_class(method)
 
 
-def test_protocol_run_is_scored(method, tmp_path, monkeypatch) -> None:
-    """Registered as the README says (store.METHODS, table.LABELS, table.NOTEBOOKS), it gets a table row per pair."""
-    monkeypatch.setattr(store, "METHODS", (*store.METHODS, method.name))
-    monkeypatch.setitem(table.LABELS, method.name, "Prototype blend")
-    monkeypatch.setitem(table.NOTEBOOKS, method.name, "07_prototype_blend")
-    paths = evaluation.run_method(method, tmp_path, PAIRS, n_queries=6)
-    assert [p.name for p in paths] == [f"cfs_prototype_blend_{q}to{t}.pt" for q, t in PAIRS]
-    rows = evaluation.evaluate_sets(paths, inception=False)
+def test_one_catalog_entry_is_all_it_takes(example, method, tmp_path) -> None:
+    """Registered with one catalog entry (the README's step 2), the method is saved, scored, tabled, plotted
+    and benchmarked: a table row per pair in table.csv and table.md, a bar in the figure, a benchmark row."""
+    entry = catalog.MethodEntry(example.PrototypeBlend, "Prototype blend",
+                                lambda classifier: example.PrototypeBlend(classifier, batch_size=5, device="cpu"))
+    with catalog.registered(entry):
+        paths = evaluation.run_method(entry.make(load("classifier")), tmp_path, PAIRS, n_queries=6)
+        assert [p.name for p in paths] == [f"cfs_prototype_blend_{q}to{t}.pt" for q, t in PAIRS]
+        rows = evaluation.evaluate_sets(paths, inception=False)
+        csv_path, md_path, _ = table.write_table(rows, tmp_path)
+        figure = plots.table_figure(rows)
+        benchmark = _benchmark_script().measure(method.name, "4->9", n_queries=8)
     pairs = [pair_name(p) for p in PAIRS] + ["mean"]
     assert [(r["method"], r["pair"]) for r in rows] == [(method.name, pair) for pair in pairs]
     for row in rows:
@@ -131,6 +147,12 @@ def test_protocol_run_is_scored(method, tmp_path, monkeypatch) -> None:
         assert all(math.isfinite(row[k]) for k in ("im1", "im2", "fid", "kid"))
     assert rows[-1]["n"] == 6 * len(PAIRS)
     assert rows[-1]["validity"] == pytest.approx(sum(r["validity"] for r in rows[:-1]) / len(PAIRS))
-    markdown = table.to_markdown(rows)
+    assert [r["method"] for r in table.read_csv(csv_path)] == [method.name] * len(pairs)
+    markdown = md_path.read_text()
     assert f"| Prototype blend | mean | {rows[-1]['n']} |" in markdown
-    assert "missing: run `cfkit run 07_prototype_blend`" not in markdown
+    assert "| Prototype blend |  |  | missing" not in markdown
+    assert all("Prototype blend" in [t.get_text() for t in ax.get_xticklabels()] for ax in figure.axes
+               if ax.get_visible())
+    plt.close(figure)
+    assert benchmark["method"] == "Prototype blend" and benchmark["n"] == 8 and 0 <= benchmark["validity"] <= 1
+    assert method.name not in catalog.names(), "the with block takes it out again"

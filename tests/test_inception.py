@@ -9,7 +9,8 @@ from cfkit import table
 from cfkit.data import load_mnist
 from cfkit.errors import DataError
 from cfkit.evaluation import protocol_queries, reference_images
-from cfkit.metrics import INCEPTION, MetricModels, evaluate_pair
+from cfkit.metrics import MetricModels
+from cfkit.scoring import evaluate_pair
 from cfkit.zoo import inception
 
 
@@ -23,7 +24,7 @@ def test_a_missing_extractor_is_a_reason_not_a_failure(tmp_path) -> None:
     models.inception_reason = reason
     x, _ = protocol_queries((4, 9), 12)
     row = evaluate_pair(x, reference_images(9)[:12], 4, 9, reference_images(9), models)
-    assert row["n_inception"] is None and all(row[c] is None for c in INCEPTION)
+    assert row["n_inception"] is None and all(row[c] is None for c in ("fid_inception", "kid_inception"))
     assert row["fid"] is not None and row["fid_lo"] <= row["fid"] <= row["fid_hi"]
     markdown = table.to_markdown([{"method": "adv_attack", "pair": "4->9", **row}], inception_note=reason)
     assert f"Inception columns are empty: {reason}" in markdown

@@ -6,38 +6,29 @@ import torch
 
 from cfkit.data import load_mnist
 from cfkit.errors import CheckpointError, InputError
+from cfkit.methods import catalog
 from cfkit.methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack, AttackConfig
 from cfkit.methods.base import CounterfactualMethod, pair_groups
 from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cem import CEM, CEMConfig, target_margin
 from cfkit.methods.cve import CVE, CVE_KIT, CVE_REFERENCE, CVEConfig, paste_tiles
 from cfkit.methods.expgan import ExpGAN, ExpGANConfig
-from cfkit.methods.ldce import LDCE, LDCEConfig
+from cfkit.parameter_values import notebook_configs
 from cfkit.zoo.checkpoints import load
 
 from method_contract import (BAD_INPUTS, check_bad_input, check_explain_contract, check_refuses_the_query_class,
                              contract_queries)
 
-QUICK_CEM = CEMConfig(iterations=15, search_steps=2)
+METHODS = [entry.name for entry in catalog.entries() if not entry.reference]
+"""Every catalog method but the real-data reference (tests/test_methods_base.py covers that one)."""
+PER_PAIR = {entry.name for entry in catalog.entries() if entry.per_pair}
+"""Methods with one trained model per (query, target) pair: only trained pairs can be asked for."""
 
 
 def _methods() -> dict[str, CounterfactualMethod]:
-    """Each method at a setting that reaches the target (the contract asks validity >= 0.9): the attack and CVE
-    at the kit's first settings, since their references often do not flip the image (notebook 12 measures it)."""
+    """Each method at its catalog ``quick`` setting, which reaches the target (the contract asks validity >= 0.9)."""
     classifier = load("classifier")
-    return {
-        "adv_attack": AdversarialAttack(classifier, AttackConfig(radius=ATTACK_KIT.radius, steps=40), device="cpu"),
-        "cem": CEM(classifier, load("ae_all"), QUICK_CEM, device="cpu"),
-        "cve": CVE(classifier, CVE_KIT, device="cpu"),
-        "c3lt": C3LT(classifier, device="cpu"),
-        "expgan": ExpGAN(classifier, device="cpu"),
-        "ldce": LDCE(classifier, LDCEConfig(steps=20), device="cpu"),
-    }
-
-
-METHODS = ["adv_attack", "cem", "cve", "c3lt", "expgan", "ldce"]
-PER_PAIR = {"c3lt", "expgan"}
-"""Methods with one trained model per (query, target) pair: only trained pairs can be asked for."""
+    return {name: catalog.get(name).make_quick(classifier, device="cpu") for name in METHODS}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +100,7 @@ def test_attack_reference_is_the_c3lt_radius_on_the_kit_pixel_range(fours) -> No
 
 
 def test_cem_only_adds_ink_and_is_sparse(fours) -> None:
-    result = CEM(load("classifier"), load("ae_all"), QUICK_CEM).explain(fours, 9)
+    result = catalog.get(CEM.name).make_quick(load("classifier")).explain(fours, 9)
     delta = result.x_cf - fours
     assert delta.min() >= -1e-6, "a pertinent negative only adds"
     assert (delta.abs() > 0.1).float().mean() < 0.1
@@ -120,7 +111,7 @@ def test_cem_only_adds_ink_and_is_sparse(fours) -> None:
 
 def test_cem_batched_equals_one_image_at_a_time(fours) -> None:
     """Each image carries its own constant, so batching changes nothing but speed."""
-    method = CEM(load("classifier"), load("ae_all"), QUICK_CEM)
+    method = catalog.get(CEM.name).make_quick(load("classifier"))
     batched = method.explain(fours[:4], 9)
     single = torch.cat([method.explain(fours[i : i + 1], 9).x_cf for i in range(4)])
     assert torch.allclose(batched.x_cf, single, atol=1e-4)
@@ -171,10 +162,7 @@ def test_cve_stop_on_features_flips_the_feature_map_in_no_more_swaps(cells: str,
     assert CVEConfig() == CVE_REFERENCE and CVE_KIT == CVEConfig(cells="aligned", stop="image")
 
 
-@pytest.mark.parametrize(("notebook", "config"), [("01_adversarial", AttackConfig), ("02_cem", CEMConfig),
-                                                  ("03_cve", CVEConfig), ("04_expgan", ExpGANConfig),
-                                                  ("05_c3lt", C3LTConfig), ("06_ldce", LDCEConfig),
-                                                  ("11_ldce_error_analysis", LDCEConfig)])
+@pytest.mark.parametrize(("notebook", "config"), sorted(notebook_configs().items()))
 def test_notebook_defaults_match_the_method_config(notebook: str, config) -> None:
     """A knob's default lives in its config; the notebook's parameters cell must not drift from it."""
     import ast

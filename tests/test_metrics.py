@@ -13,7 +13,6 @@ from cfkit.metrics import (
     MetricModels,
     agreement_scores,
     cout_scores,
-    evaluate_pair,
     fid,
     im1_ratio_of_sums,
     im1_scores,
@@ -22,6 +21,7 @@ from cfkit.metrics import (
     proximity_scores,
     sparsity_scores,
 )
+from cfkit.scoring import evaluate_pair, mean_row
 from cfkit.zoo.checkpoints import load
 
 
@@ -242,5 +242,5 @@ def test_evaluate_pair_row(fours_and_nines) -> None:
 
 def test_mean_row() -> None:
     rows = [{"n": 2, "im1": 1.0, "seconds_per_cf": None}, {"n": 4, "im1": 2.0, "seconds_per_cf": None}]
-    mean = metrics.mean_row(rows)
+    mean = mean_row(rows)
     assert mean["n"] == 6 and mean["im1"] == 1.5 and mean["seconds_per_cf"] is None

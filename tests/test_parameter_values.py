@@ -10,7 +10,7 @@ import papermill
 import pytest
 
 from cfkit.errors import ParameterError
-from cfkit.parameter_values import NOTEBOOK_CONFIGS
+from cfkit.parameter_values import notebook_configs
 from cfkit.paths import NOTEBOOK_DIR
 from cfkit.run import notebook_parameters, run_notebook
 
@@ -69,12 +69,12 @@ def test_every_notebook_passes_at_its_defaults(path, tmp_path, no_kernel) -> Non
     assert no_kernel == [str(path)]
 
 
-@pytest.mark.parametrize("notebook", sorted(NOTEBOOK_CONFIGS))
+@pytest.mark.parametrize("notebook", sorted(notebook_configs()))
 def test_each_knob_goes_to_the_config_field_of_its_name(notebook: str) -> None:
-    """What NOTEBOOK_CONFIGS assumes: a parameter named as a field of the config is passed as that field."""
+    """What notebook_configs() assumes: a parameter named as a field of the config is passed as that field."""
     source = "".join("".join(cell["source"]) for cell in json.loads((NOTEBOOK_DIR / f"{notebook}.ipynb").read_text())
                      ["cells"] if cell["cell_type"] == "code")
-    knobs = [f.name for f in fields(NOTEBOOK_CONFIGS[notebook]) if f.name in notebook_parameters(notebook)]
+    knobs = [f.name for f in fields(notebook_configs()[notebook]) if f.name in notebook_parameters(notebook)]
     assert knobs
     for knob in knobs:
         assert f"{knob}={knob}" in source, f"{notebook} does not pass its parameter {knob} as {knob}="

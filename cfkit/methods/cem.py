@@ -82,6 +82,7 @@ def hinge_margin(logits: torch.Tensor, target: torch.Tensor, source: torch.Tenso
 
 class CEM(CounterfactualMethod):
     name = "cem"
+    config_type = CEMConfig
 
     def __init__(self, classifier: nn.Module, autoencoder: nn.Module, config: CEMConfig = CEMConfig(),
                  batch_size: int = 64, **kwargs: Any) -> None:

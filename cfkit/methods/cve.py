@@ -74,6 +74,7 @@ def paste_tiles(x: torch.Tensor, donor: torch.Tensor, assignment: torch.Tensor, 
 
 class CVE(CounterfactualMethod):
     name = "cve"
+    config_type = CVEConfig
 
     def __init__(self, classifier: nn.Module, config: CVEConfig = CVEConfig(), batch_size: int = 64,
                  **kwargs: Any) -> None:
