@@ -32,8 +32,16 @@ def _cmd_train(args: argparse.Namespace) -> None:
     ensure_mnist(verbose=False)
     for name in targets:
         checkpoints.get_spec(name)  # fail on an unknown name before any training starts
+    classifier = None
+    if args.classifier is not None:
+        from .classifiers import load_classifier
+
+        classifier = load_classifier(args.classifier, args.classifier_state)
+    elif args.classifier_state is not None:
+        raise CfkitError("--classifier-state goes with --classifier package.module:factory.")
     for name in targets:
-        entry = checkpoints.train(name, epochs=args.epochs)
+        entry = checkpoints.train(name, directory=args.out, epochs=args.epochs, classifier=classifier,
+                                  classifier_spec=args.classifier)
         print(f"{name}: {entry['quality']} in {entry['seconds']} s -> {entry['file']} ({entry['sha256'][:12]}…)")
 
 
@@ -86,7 +94,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .reproduce import reproduce
 
     start = time.perf_counter()
-    print(reproduce(jobs=args.jobs))
+    print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=args.classifier,
+                    classifier_state=args.classifier_state))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
@@ -137,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=None, help="override the spec's epochs")
     p.add_argument("--pair", type=int, nargs=2, metavar=("QUERY", "TARGET"), default=None,
                    help="with c3lt or expgan: the one pair to train (default: the protocol's three)")
+    p.add_argument("--classifier", default=None,
+                   help="with c3lt or expgan: train against this classifier (a TorchScript file, or "
+                        "package.module:factory with --classifier-state) instead of the shipped one; needs --out")
+    p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
+    p.add_argument("--out", default=None, help="folder for the trained models and their manifest (default: the "
+                                               "shipped zoo, data/checkpoints)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("run", help="run a notebook headless with papermill")
@@ -201,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
     p.add_argument("-j", "--jobs", type=int, default=1,
                    help="notebooks to run at once, each on cores/jobs torch threads (default 1)")
+    p.add_argument("--classifier", default=None,
+                   help="explain another classifier (a TorchScript file, or package.module:factory with "
+                        "--classifier-state); needs --runs and --results, leaves out the per-pair methods")
+    p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
+    p.add_argument("--runs", default=None, help="runs folder (default runs/)")
+    p.add_argument("--results", default=None, help="results folder (default results/)")
     p.set_defaults(func=_cmd_reproduce)
     return parser
 

@@ -13,14 +13,18 @@ from pathlib import Path
 
 import torch
 
+from . import bootstrap, columns, metrics, scoring
+from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
 from .data import PAIRS, load_mnist, pair_name, sha256_file
 from .errors import InputError
 from .methods.base import CounterfactualMethod, Result
 from .methods.original import OriginalData
-from .metrics import MetricModels, evaluate_pair, mean_row
+from .metrics import MetricModels
 from .paths import atomic_write_json
+from .scoring import evaluate_pair, mean_row
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from .validate import check_pair
+from .zoo import feature_space, inception as inception_space
 
 
 def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
@@ -70,7 +74,8 @@ def run_method(
     for pair in parse_pairs(pairs):
         x, query = protocol_queries(pair, n_queries)
         result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
-        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, timed=timed))
+        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, method.classifier_fingerprint,
+                                          timed=timed))
         if results is not None:
             results.append(result)
     return paths
@@ -107,12 +112,11 @@ def compare_settings(
 
 def make_original_data(
     out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0, seed: int = 0,
-    classifier: torch.nn.Module | None = None,
+    classifier: torch.nn.Module | str = DEFAULT_CLASSIFIER,
 ) -> list[Path]:
-    """Save the Original Data set of each pair: one real training image of the target class per query."""
-    from .zoo.checkpoints import load
-
-    method = OriginalData(classifier or load("classifier"), seed=seed)
+    """Save the Original Data set of each pair: one real training image of the target class per query, recorded
+    for ``classifier`` (a model or a :func:`cfkit.classifiers.load_classifier` spec) like every other set."""
+    method = OriginalData(load_classifier(classifier), seed=seed)
     return run_method(method, out_dir, pairs, n_queries, timed=False)
 
 
@@ -123,11 +127,8 @@ SCORE_SUFFIX = ".scores.json"
 @lru_cache(maxsize=1)
 def _metric_code_digest() -> str:
     """Hash of the code that computes the metrics, so a changed metric never reuses an old score."""
-    from . import bootstrap, metrics
-    from .zoo import feature_space, inception
-
     digest = hashlib.sha256()
-    for module in (metrics, feature_space, bootstrap, inception):
+    for module in (metrics, scoring, feature_space, bootstrap, inception_space):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 
@@ -140,7 +141,8 @@ def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool
     path = Path(path)
     stored, key = path.with_suffix(SCORE_SUFFIX), None
     if reuse and models.score_key():
-        key = {"set": sha256_file(path), "models": models.score_key(), "seed": seed, "code": _metric_code_digest()}
+        key = {"set": sha256_file(path), "models": models.score_key(), "seed": seed,
+               "code": _metric_code_digest() + columns.digest()}
         if stored.is_file():
             try:
                 saved = json.loads(stored.read_text())
@@ -166,12 +168,15 @@ def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool
 
 def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0,
                   reuse: bool = True, replicates: dict[tuple[str, str], dict] | None = None,
-                  inception: bool = True) -> list[dict]:
+                  inception: bool = True, classifier: torch.nn.Module | str = DEFAULT_CLASSIFIER) -> list[dict]:
     """Score each saved set (see :func:`score_set` for ``reuse``); add a mean row per method, its intervals
     from the pairs' bootstrap replicates. Rows carry ``method`` and ``pair``; ``replicates``, when given,
     receives {(method, pair): {metric: replicates}} for every row (for :func:`compare_methods`).
-    ``inception`` (with the default models): also score in Inception space when its extractor can be had."""
-    models = models or MetricModels.from_zoo(inception=inception)
+    ``inception`` and ``classifier`` (with the default models): also score in Inception space when its extractor
+    can be had; the classifier the sets explain (validity and COUT are its; sets of another one are refused)."""
+    models = models or MetricModels.from_zoo(inception=inception, classifier=classifier)
+    paths = list(paths)
+    check_same_classifier(paths, fingerprint(models.classifier))
     by_method: dict[str, list[tuple[dict, dict]]] = {}
     for path in paths:
         reps: dict[str, torch.Tensor] = {}
@@ -187,6 +192,21 @@ def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = Non
                 replicates[(method, row["pair"])] = reps
             replicates[(method, "mean")] = _mean_replicates(pair_reps)
     return rows
+
+
+def check_same_classifier(paths: Iterable[str | Path], scoring: str) -> None:
+    """Refuse sets of different classifiers, or sets of another classifier than the one validity is scored with."""
+    made_by: dict[str, list[str]] = {}
+    for path in paths:
+        made_by.setdefault(load_counterfactuals(path).classifier, []).append(Path(path).name)
+    if len(made_by) > 1:
+        groups = "; ".join(f"{fp[:12]}…: {', '.join(names)}" for fp, names in made_by.items())
+        raise InputError(f"these sets explain different classifiers ({groups}); score each classifier's sets on "
+                         "their own (a runs folder per classifier).")
+    if made_by and scoring not in made_by:
+        raise InputError(f"the sets explain classifier {next(iter(made_by))[:12]}… but validity and COUT would be "
+                         f"scored with {scoring[:12]}…; give the scoring the classifier the sets were made for "
+                         "(`-p classifier …` to 10_metrics, or MetricModels.from_zoo(classifier=…)).")
 
 
 def _mean_replicates(pair_reps: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -205,8 +225,6 @@ def compare_methods(rows: list[dict], replicates: dict[tuple[str, str], dict], m
     """For every two methods, on every pair and the mean: does their IM1 (FID, …) differ? A paired bootstrap
     on the same resampled queries (:func:`cfkit.bootstrap.paired_difference`); rows of A − B with its 95 %
     interval, p-value and verdict. Needs equal n for the two sets (the full protocol has it)."""
-    from .bootstrap import paired_difference
-
     point = {(r["method"], r["pair"]): r for r in rows}
     methods = list(dict.fromkeys(r["method"] for r in rows))
     out = []
@@ -222,7 +240,7 @@ def compare_methods(rows: list[dict], replicates: dict[tuple[str, str], dict], m
                     if reps_a is None or reps_b is None or a["n"] != b["n"] or reps_a.shape != reps_b.shape:
                         continue
                     out.append({"metric": metric, "pair": pair, "a": first, "b": second,
-                                **paired_difference(a[metric], reps_a, b[metric], reps_b)})
+                                **bootstrap.paired_difference(a[metric], reps_a, b[metric], reps_b)})
     return out
 
 

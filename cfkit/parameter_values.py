@@ -9,21 +9,22 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from .errors import InputError, ParameterError
+from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
+from .errors import CfkitError, InputError, ParameterError
 from .evaluation import parse_pairs
-from .methods.adversarial import AttackConfig
-from .methods.c3lt import C3LTConfig
-from .methods.cem import CEMConfig
-from .methods.cve import CVEConfig
-from .methods.expgan import ExpGANConfig
+from .methods import catalog
 from .methods.ldce import LDCEConfig
 
-NOTEBOOK_CONFIGS: dict[str, type] = {
-    "01_adversarial": AttackConfig, "02_cem": CEMConfig, "03_cve": CVEConfig, "04_expgan": ExpGANConfig,
-    "05_c3lt": C3LTConfig, "06_ldce": LDCEConfig, "11_ldce_error_analysis": LDCEConfig,
-}
-"""The config each notebook builds from its parameters named as the config's fields (every such parameter
-goes to the field of its name)."""
+OTHER_CONFIGS: dict[str, type] = {"11_ldce_error_analysis": LDCEConfig}
+"""Notebooks that build a method's config without being that method's notebook in the catalog."""
+
+
+def notebook_configs() -> dict[str, type]:
+    """The config each notebook builds from its parameters named as the config's fields (every such parameter
+    goes to the field of its name): the catalog's method notebooks, and :data:`OTHER_CONFIGS`."""
+    configs = {entry.notebook: entry.method.config_type for entry in catalog.entries()
+               if entry.notebook is not None and entry.method.config_type is not None}
+    return {**configs, **OTHER_CONFIGS}
 COUNTS = {"n_queries": 0, "ablation_queries": 0, "max_errors": 0, "cem_patience": 0, "seed": 0,
           "n_images": 1, "per_error": 1, "show": 1, "samples_per_class": 2}
 """Count parameters and their least value: 0 where the notebook gives 0 a meaning (all, skip, never); two
@@ -43,7 +44,9 @@ def check_values(notebook: str, values: dict[str, Any]) -> None:
         value = values.get(name)
         if isinstance(value, int) and value < least:  # a value of another type is check_parameters' to refuse
             raise ParameterError(f"parameter {name!r} of {notebook} must be an int >= {least}, got {value!r}.")
-    config = NOTEBOOK_CONFIGS.get(notebook)
+    if "classifier" in values:
+        _check_classifier(notebook, values)
+    config = notebook_configs().get(notebook)
     if config is not None:
         knobs = {field.name: values[field.name] for field in fields(config) if field.name in values}
         try:
@@ -51,3 +54,20 @@ def check_values(notebook: str, values: dict[str, Any]) -> None:
         except InputError as exc:  # its message starts with the field's name, which is the parameter's
             named = [name for name in knobs if str(exc).startswith(f"{name} ")] or list(knobs)
             raise ParameterError(f"parameter {', '.join(map(repr, named))} of {notebook}: {exc}") from None
+
+
+def _check_classifier(notebook: str, values: dict[str, Any]) -> None:
+    """Load the classifier the notebook would explain: a missing file or a model without 10 logits fails here, and
+    so does a per-pair method's notebook asked to explain another classifier with the shipped pair models."""
+    try:
+        model = load_classifier(values["classifier"], values.get("classifier_state") or None)
+    except CfkitError as exc:
+        message = " ".join(str(exc).split())  # one line, whatever torch put in it
+        raise ParameterError(f"parameter 'classifier' of {notebook}: {message}") from None
+    per_pair = {entry.notebook: entry.name for entry in catalog.entries() if entry.per_pair}
+    shipped = values["classifier"] == DEFAULT_CLASSIFIER or fingerprint(model) == fingerprint(load_classifier())
+    if notebook in per_pair and not shipped and not values.get("pair_dir") and not values.get("retrain"):
+        raise ParameterError(f"parameter 'classifier' of {notebook}: the shipped {per_pair[notebook]} models were "
+                             "trained against the zoo's classifier; train them for yours (`cfkit train "
+                             f"{per_pair[notebook]} --pair Q T --classifier … --out DIR`, then -p pair_dir DIR) or "
+                             "pass -p retrain True.")

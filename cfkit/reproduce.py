@@ -17,19 +17,37 @@ from typing import Any
 import torch
 
 from .data import PAIRS, ensure_mnist
+from .classifiers import DEFAULT as DEFAULT_CLASSIFIER
+from .classifiers import load_classifier
 from .errors import NotebookFailedError, ParameterError
+from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
 from .report import collect_table
-from .run import run_notebook
-from .table import NOTEBOOKS as METHOD_NOTEBOOKS
+from .run import notebook_parameters, run_notebook
 from .zoo.checkpoints import load, names
 from .zoo.inception import inception_extractor, reference_features
 
-REPRODUCE_ORDER = ("00_models", "01_adversarial", "02_cem", "03_cve", "04_expgan", "05_c3lt", "06_ldce", "10_metrics",
-                   "11_ldce_error_analysis")
-"""Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
-REPRODUCE_NEEDS = {"10_metrics": tuple(nb for nb in METHOD_NOTEBOOKS.values() if nb != "10_metrics")}
-"""What a notebook reads from others' output folders: with ``--jobs`` it waits for those to finish."""
+SCORING_NOTEBOOK = "10_metrics"
+"""Scores every method's sets (and makes the real-data reference's): it runs after the method notebooks."""
+BEFORE, AFTER = ("00_models",), ("11_ldce_error_analysis",)
+"""Notebooks of the reproduction that belong to no method: the zoo's check first, LDCE's error analysis last."""
+
+
+def method_notebooks() -> list[str]:
+    """The notebooks that save the catalog's sets, in catalog order, the scoring notebook left out."""
+    return [nb for nb in dict.fromkeys(catalog.notebooks().values()) if nb != SCORING_NOTEBOOK]
+
+
+def reproduce_order() -> list[str]:
+    """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
+    return [*BEFORE, *method_notebooks(), SCORING_NOTEBOOK, *AFTER]
+
+
+def reproduce_needs() -> dict[str, list[str]]:
+    """What a notebook reads from others' output folders: with ``--jobs`` it waits for those to finish."""
+    return {SCORING_NOTEBOOK: method_notebooks()}
+
+
 REPRODUCE_RECORD = "reproduce.json"
 """In results/: the wall time of each notebook of the last ``cfkit reproduce`` and the machine it ran on."""
 
@@ -132,16 +150,42 @@ def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path,
         raise NotebookFailedError(f"{notebook} failed (exit {code}); its output is in {out_dir / 'run.log'}.")
 
 
+def _for_classifier(notebooks: list[str], parameters: dict[str, dict[str, Any]], classifier: str,
+                    state: str | None, runs_dir: Path, results_dir: Path, log: Any
+                    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The notebooks and parameters of a reproduction for another classifier (see :func:`reproduce`)."""
+    if runs_dir.resolve() == RUNS_DIR.resolve() or results_dir.resolve() == RESULTS_DIR.resolve():
+        raise ParameterError("a reproduction for another classifier writes to folders of its own: give --runs and "
+                             "--results (not runs/ and results/, which hold the zoo classifier's).")
+    load_classifier(classifier, state)  # a wrong classifier fails here, before any notebook starts
+    per_pair = {entry.notebook for entry in catalog.entries() if entry.per_pair}
+    kept = [nb for nb in notebooks if nb not in per_pair]
+    for skipped in [nb for nb in notebooks if nb in per_pair]:
+        print(f"{skipped} left out: its per-pair models learn the zoo classifier (cfkit train … --classifier "
+              f"{classifier} --out DIR, then cfkit run {skipped} -p classifier … -p pair_dir DIR)", file=log)
+    given = {nb: dict(parameters.get(nb, {})) for nb in kept}
+    for notebook in kept:
+        if "classifier" in notebook_parameters(notebook):
+            given[notebook].update(classifier=classifier, classifier_state=state or "")
+    return kept, given
+
+
 def reproduce(
     runs_dir: str | Path | None = None, results_dir: str | Path | None = None,
-    notebooks: Iterable[str] = REPRODUCE_ORDER, parameters: dict[str, dict[str, Any]] | None = None,
-    log: Any = None, jobs: int = 1,
+    notebooks: Iterable[str] | None = None, parameters: dict[str, dict[str, Any]] | None = None,
+    log: Any = None, jobs: int = 1, classifier: str | None = None, classifier_state: str | None = None,
 ) -> str:
-    """Get MNIST, check the zoo loads, run the notebooks (at full size unless ``parameters`` gives a
-    notebook other values), write the table, its figures and the timings; return the table.
+    """Get MNIST, check the zoo loads, run the notebooks (:func:`reproduce_order` unless ``notebooks`` names
+    some; at full size unless ``parameters`` gives a notebook other values), write the table, its figures and the
+    timings; return the table.
+
+    ``classifier`` (and its ``classifier_state``) explains another classifier than the zoo's
+    (:func:`cfkit.classifiers.load_classifier`): every notebook with a ``classifier`` parameter gets it, the
+    per-pair methods' notebooks are left out (their models learn the zoo classifier; train them with
+    ``cfkit train … --classifier``), and ``runs_dir`` and ``results_dir`` must be folders of its own.
 
     ``jobs`` > 1 runs that many notebooks at once, a notebook starting once those it reads
-    (:data:`REPRODUCE_NEEDS`) are done, each kernel on cores // (notebooks running with it) torch threads
+    (:func:`reproduce_needs`) are done, each kernel on cores // (notebooks running with it) torch threads
     (so the last one, ``10_metrics``, gets every core). Progress goes to ``log`` (stderr):
     each notebook as it starts and ends, each pair's set as it is saved.
     """
@@ -149,7 +193,15 @@ def reproduce(
         raise ParameterError(f"jobs must be an int >= 1 (notebooks run at once), got {jobs!r}.")
     log = log or sys.stderr
     runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
-    notebooks, parameters = list(notebooks), parameters or {}
+    notebooks, parameters = list(reproduce_order() if notebooks is None else notebooks), parameters or {}
+    full_size = not parameters and classifier is None  # every notebook at its defaults, for the zoo classifier
+    if classifier is not None:
+        notebooks, parameters = _for_classifier(notebooks, parameters, classifier, classifier_state, runs_dir,
+                                                results_dir, log)
+    needs = reproduce_needs()
+    for notebook in needs:  # the scoring notebook reads the sets where this reproduction writes them
+        if notebook in notebooks:
+            parameters[notebook] = {"runs_dir": str(runs_dir.resolve()), **parameters.get(notebook, {})}
     threads: dict[str, int] = {}
     start = time.perf_counter()
 
@@ -190,7 +242,7 @@ def reproduce(
         running: dict = {}
         while pending or running:
             ready = [nb for nb in pending
-                     if not any(need in notebooks and need not in seconds for need in REPRODUCE_NEEDS.get(nb, ()))]
+                     if not any(need in notebooks and need not in seconds for need in needs.get(nb, ()))]
             launch = ready[: jobs - len(running)]
             sharing = len(running) + len(launch)
             for notebook in launch:
@@ -207,7 +259,8 @@ def reproduce(
     table = collect_table(runs_dir, results_dir=results_dir)
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
-        "seconds": total, "notebooks": seconds, "full_size": not parameters, "jobs": jobs,
+        "seconds": total, "notebooks": seconds, "full_size": full_size, "jobs": jobs,
+        "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     })

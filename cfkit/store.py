@@ -1,8 +1,9 @@
 """Counterfactual sets on disk: the hand-off between a method's notebook and the metrics.
 
 A set is one method on one pair: ``cfs_<method>_<q>to<t>.pt`` holding the query indices (into the
-MNIST test images of the query class), ``x``, ``x_cf``, ``source``, ``target``, ``valid`` and the
-seconds it took, so any metric can be recomputed later without re-running the method.
+MNIST test images of the query class), ``x``, ``x_cf``, ``source``, ``target``, ``valid``, the
+seconds it took and the fingerprint of the classifier it explains, so any metric can be recomputed
+later without re-running the method, and never against another classifier.
 """
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ import torch
 
 from .data import PAIRS
 from .errors import InputError
+from .methods import catalog
 from .methods.base import Result
 from .paths import atomic_torch_save
 
 PREFIX = "cfs_"
-METHODS = ("original_data", "adv_attack", "cem", "cve", "expgan", "c3lt", "ldce")
-"""Table order of the methods; the first is the real-data floor."""
 
 
 @dataclass
@@ -33,6 +33,7 @@ class CounterfactualSet:
     target: torch.Tensor
     valid: torch.Tensor
     seconds: float | None
+    classifier: str  # SHA-256 of the explained classifier's weights (cfkit.classifiers.fingerprint)
 
     @property
     def pair_name(self) -> str:
@@ -44,16 +45,20 @@ def set_path(out_dir: str | Path, method: str, pair: tuple[int, int]) -> Path:
 
 
 def save_counterfactuals(
-    out_dir: str | Path, method: str, pair: tuple[int, int], query: torch.Tensor, result: Result,
+    out_dir: str | Path, method: str, pair: tuple[int, int], query: torch.Tensor, result: Result, classifier: str,
     timed: bool = True,
 ) -> Path:
-    """Write a method's result for one pair atomically; ``timed=False`` leaves seconds empty (reference rows)."""
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; the table knows {', '.join(METHODS)}.")
+    """Write a method's result for one pair atomically, with the ``classifier`` fingerprint it explains;
+    ``timed=False`` leaves seconds empty (reference rows). The method must be in the catalog."""
+    catalog.get(method)
+    if not isinstance(classifier, str) or len(classifier) != 64:
+        raise InputError(f"classifier must be the explained classifier's SHA-256 fingerprint "
+                         f"(cfkit.classifiers.fingerprint), got {classifier!r}.")
     payload = {
         "method": method, "pair": torch.tensor(pair), "query": query.cpu(), "x": result.x.cpu(),
         "x_cf": result.x_cf.cpu(), "source": result.source.cpu(), "target": result.target.cpu(),
         "valid": result.valid.cpu(), "seconds": torch.tensor(result.seconds if timed else float("nan")),
+        "classifier": classifier,
     }
     return atomic_torch_save(set_path(out_dir, method, pair), payload)
 
@@ -63,11 +68,14 @@ def load_counterfactuals(path: str | Path) -> CounterfactualSet:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise InputError(f"{path} is not a readable counterfactual set ({exc}); re-run the notebook that wrote it.")
+    if "classifier" not in payload:
+        raise InputError(f"{path} records no classifier fingerprint: an older cfkit wrote it; re-run the notebook "
+                         "that made it.")
     seconds = float(payload["seconds"])
     return CounterfactualSet(
         method=payload["method"], pair=tuple(payload["pair"].tolist()), query=payload["query"], x=payload["x"],
         x_cf=payload["x_cf"], source=payload["source"], target=payload["target"], valid=payload["valid"],
-        seconds=None if math.isnan(seconds) else seconds,
+        seconds=None if math.isnan(seconds) else seconds, classifier=payload["classifier"],
     )
 
 
@@ -78,7 +86,8 @@ def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
     def key(p: Path) -> tuple[int, int, str]:
         method, pair = p.stem[len(PREFIX):].rsplit("_", 1)
         pair_order = [f"{q}to{t}" for q, t in PAIRS]
-        return (METHODS.index(method) if method in METHODS else len(METHODS),
+        methods = catalog.names()
+        return (methods.index(method) if method in methods else len(methods),
                 pair_order.index(pair) if pair in pair_order else len(pair_order), p.name)
 
     return sorted(paths, key=key)

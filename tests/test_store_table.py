@@ -4,10 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cfkit.classifiers import fingerprint
+from cfkit.columns import header as table_header
 from cfkit.errors import InputError
 from cfkit.methods.base import Result
 from cfkit.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
-from cfkit.table import HEADER, read_csv, to_markdown, write_table
+from cfkit.table import read_csv, to_markdown, write_table
+from cfkit.zoo.checkpoints import load
+
+ZOO = fingerprint(load("classifier"))
 
 DESIGN_HEADER = "method,pair,n,im1,im2,fid,kid,validity,oracle_agreement,proximity,sparsity,cout,seconds_per_cf"
 
@@ -20,9 +25,9 @@ def _result(n: int = 3) -> Result:
 
 def test_roundtrip_and_discovery(tmp_path) -> None:
     result = _result()
-    save_counterfactuals(tmp_path / "01_x", "adv_attack", (4, 9), torch.arange(3), result)
-    save_counterfactuals(tmp_path / "10_metrics", "original_data", (3, 8), torch.arange(3), result, timed=False)
-    save_counterfactuals(tmp_path / "10_metrics", "original_data", (4, 9), torch.arange(3), result, timed=False)
+    save_counterfactuals(tmp_path / "01_x", "adv_attack", (4, 9), torch.arange(3), result, ZOO)
+    save_counterfactuals(tmp_path / "10_metrics", "original_data", (3, 8), torch.arange(3), result, ZOO, timed=False)
+    save_counterfactuals(tmp_path / "10_metrics", "original_data", (4, 9), torch.arange(3), result, ZOO, timed=False)
     paths = find_counterfactuals(tmp_path)
     assert [p.name for p in paths] == ["cfs_original_data_4to9.pt", "cfs_original_data_3to8.pt",
                                        "cfs_adv_attack_4to9.pt"]  # table order: method, then protocol pair
@@ -35,7 +40,7 @@ def test_roundtrip_and_discovery(tmp_path) -> None:
 
 def test_unknown_method_and_bad_file(tmp_path) -> None:
     with pytest.raises(InputError, match="unknown method"):
-        save_counterfactuals(tmp_path, "magic", (4, 9), torch.arange(3), _result())
+        save_counterfactuals(tmp_path, "magic", (4, 9), torch.arange(3), _result(), ZOO)
     bad = tmp_path / "cfs_cem_4to9.pt"
     bad.write_text("garbage")
     with pytest.raises(InputError, match="re-run the notebook"):
@@ -52,7 +57,7 @@ def test_table_files(tmp_path) -> None:
                  "fid_inception": 40.0, "fid_inception_lo": 30.0, "fid_inception_hi": 55.0})
     csv_path, md_path, png_path = write_table(rows, tmp_path)
     header = csv_path.read_text().splitlines()[0]
-    assert header.startswith(DESIGN_HEADER + ",") and header == ",".join(HEADER), "extra columns go at the end"
+    assert header.startswith(DESIGN_HEADER + ",") and header == ",".join(table_header()), "extra columns go at the end"
     assert "im1_lo,im1_hi" in header and "n_inception,fid_inception,kid_inception" in header
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 20_000
     back = read_csv(csv_path)
@@ -76,7 +81,7 @@ def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
     nines = evaluation.reference_images(9)[:6]
     result = Result(x=x, x_cf=nines, source=torch.full((6,), 4), target=torch.full((6,), 9),
                     valid=torch.ones(6, dtype=torch.bool), seconds=1.0)
-    path = save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), result)
+    path = save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), result, ZOO)
     models = MetricModels.from_zoo(inception=False)
     calls = []
     real = evaluation.evaluate_pair
@@ -88,7 +93,7 @@ def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
     evaluation.score_set(path, models, seed=1)  # another KID seed: computed anew
     evaluation.score_set(path, models, reuse=False)
     assert len(calls) == 3
-    save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), Result(**{**vars(result), "x_cf": x}))
+    save_counterfactuals(tmp_path, "adv_attack", (4, 9), torch.arange(6), Result(**{**vars(result), "x_cf": x}), ZOO)
     changed = evaluation.score_set(path, models)  # the set was rewritten: computed anew, not the stale row
     assert len(calls) == 4 and changed["proximity"] == 0 and first["proximity"] > 0
     path.with_suffix(".scores.json").write_text("{not json")

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..classifiers import check_classifier, fingerprint
 from ..errors import InputError
 from ..validate import check_class_ids, check_images, check_targets
+from ..zoo.checkpoints import load_pair
 
 
 @dataclass
@@ -40,17 +42,28 @@ class CounterfactualMethod:
     """Base class: ``explain(x, target, source=None) -> Result``.
 
     ``source`` defaults to the classifier's prediction on ``x``; a target equal to the source is an
-    error. Subclasses set ``name`` and implement ``_explain_batch``.
+    error. Subclasses set ``name`` and implement ``_explain_batch``; the classifier is checked (10 logits for
+    (N, 1, 28, 28) images in [0, 1]) when the method is built.
     """
 
     name = "method"
+    config_type: type | None = None  # the method's knob dataclass, when it has one
 
     def __init__(self, classifier: nn.Module, batch_size: int = 256, device: str | torch.device | None = None,
                  progress: bool = False) -> None:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.classifier = classifier.to(self.device).eval()
+        check_classifier(self.classifier, f"the classifier given to {type(self).__name__}")
         self.batch_size = batch_size
         self.progress = progress
+        self._fingerprint: str | None = None
+
+    @property
+    def classifier_fingerprint(self) -> str:
+        """SHA-256 of the classifier's weights (computed once): recorded with every set the method saves."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.classifier)
+        return self._fingerprint
 
     def _explain_batch(
         self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor
@@ -88,8 +101,7 @@ class CounterfactualMethod:
 class PerPairMethod(CounterfactualMethod):
     """A method with one trained zoo model per (query, target) pair (C3LT, ExpGAN): ``<family>_<q>_<t>``."""
 
-    family = "pair-family"
-    config_type: type = object  # the method's knob dataclass; its defaults apply when no config is given
+    family = "pair-family"  # zoo checkpoints are <family>_<q>_<t>; config_type's defaults apply without a config
 
     def __init__(self, classifier: nn.Module, config: Any = None, pair_dir: str | Path | None = None,
                  models: dict[tuple[int, int], nn.Module] | None = None, **kwargs: Any) -> None:
@@ -99,12 +111,12 @@ class PerPairMethod(CounterfactualMethod):
         self.models = dict(models or {})  # in-memory models by pair (a training snapshot, say); before pair_dir
 
     def pair_model(self, pair: tuple[int, int]) -> nn.Module:
-        """The pair's trained model (a clear error naming its training command when there is none)."""
-        from ..zoo.checkpoints import load_pair
+        """The pair's trained model (a clear error naming its training command when there is none, or when it was
+        trained against another classifier than this method's)."""
 
         if tuple(pair) in self.models:
             return self.models[tuple(pair)].to(self.device).eval()
-        return load_pair(self.family, pair, self.pair_dir, self.device)
+        return load_pair(self.family, pair, self.pair_dir, self.device, classifier=self.classifier_fingerprint)
 
 
 def pair_groups(source: torch.Tensor, target: torch.Tensor) -> list[tuple[tuple[int, int], torch.Tensor]]:

@@ -22,19 +22,22 @@ import torch
 from torch import nn
 
 from ..data import PAIRS, sha256_file
-from ..errors import CheckpointError, QualityError
+from ..errors import CheckpointError, InputError, QualityError
+from ..fingerprint import fingerprint
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
 from ..validate import check_pair
 from . import explaingan, latent_maps
-from .diffusion import (LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae,
-                        vae_reconstruction_mse)
+from .diffusion import LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae, vae_reconstruction_mse
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
 from .spec import ModelSpec, pair_name
-from .training import (TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier,
-                       reconstruction_mse_on_test)
+from .training import TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier, reconstruction_mse_on_test
 
 MANIFEST = "manifest.json"
+SHIPPED_CLASSIFIER = "classifier"
+"""The zoo's model under explanation: what a spec needing a classifier trains against unless told otherwise."""
+CLASSIFIER_KEY = "classifier"
+"""In a manifest entry of a model trained against a classifier: that classifier's fingerprint."""
 
 
 def _classifier(name: str, build: Callable[[], nn.Module], config: TrainConfig, threshold: float,
@@ -216,8 +219,9 @@ def load_needs(spec: ModelSpec, device: str | torch.device = "cpu") -> dict[str,
 
 
 def load_pair(family: str, pair: tuple[int, int], directory: str | Path | None = None,
-              device: str | torch.device = "cpu") -> nn.Module:
-    """Load the ``family`` model of one (query, target) pair and check it was trained on that pair."""
+              device: str | torch.device = "cpu", classifier: str | None = None) -> nn.Module:
+    """Load the ``family`` model of one (query, target) pair and check it was trained on that pair and, when
+    ``classifier`` (a fingerprint) is given, against that classifier."""
     spec = pair_spec(family, pair)
     model = load(spec.name, directory, device)
     trained_on = tuple(model.pair.tolist())
@@ -225,6 +229,13 @@ def load_pair(family: str, pair: tuple[int, int], directory: str | Path | None =
         raise CheckpointError(
             f"{spec.name}.pt holds a model trained on {trained_on[0]}->{trained_on[1]}, not {pair[0]}->{pair[1]}; "
             f"rebuild it with `{spec.command}`."
+        )
+    trained_for = read_manifest(directory)[spec.name].get(CLASSIFIER_KEY) or fingerprint(load(SHIPPED_CLASSIFIER))
+    if classifier is not None and classifier != trained_for:
+        raise CheckpointError(
+            f"{spec.name} in {directory or CHECKPOINT_DIR} was trained against classifier {trained_for[:12]}…, not the "
+            f"one being explained ({classifier[:12]}…): a per-pair model learns its classifier's decision. Train one "
+            f"for yours with `{spec.command} --classifier <yours> --out <folder>` and give that folder as pair_dir."
         )
     return model
 
@@ -238,18 +249,25 @@ def train(
     progress: bool = True,
     device: str = "cpu",
     on_step: Callable[[nn.Module, int], None] | None = None,
+    classifier: nn.Module | None = None,
+    classifier_spec: str | None = None,
 ) -> dict:
     """Train ``name`` from its seed, check its quality, save it and its manifest entry atomically.
 
     ``epochs``/``max_steps`` shorten the run (smoke tests); the manifest records what was done. ``device``
     ("cuda") trains there; the quality figure is always measured on the CPU. ``on_step(model, step)`` runs after
-    every optimiser step (training curves; C3LT and ExpGAN only).
+    every optimiser step (training curves; C3LT and ExpGAN only). ``classifier``: train against this model
+    instead of the shipped classifier (a per-pair model for another classifier; ``classifier_spec`` is how the
+    command names it), into a ``directory`` of the caller's, never the shipped zoo's.
     """
     spec = get_spec(name)
     overrides = {"device": device, **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
+    _check_classifier_override(spec, classifier, directory)
     directory = Path(directory or CHECKPOINT_DIR)
     needed = load_needs(spec, device)  # before seeding: building them draws on torch's generator
+    if classifier is not None:
+        needed[SHIPPED_CLASSIFIER] = classifier.to(device).eval()
     torch.manual_seed(config.seed)
     model = spec.build()
     start = time.perf_counter()
@@ -261,7 +279,10 @@ def train(
     seconds = time.perf_counter() - start
     model.to("cpu").eval()
     config = TrainConfig(**{**asdict(config), "device": "cpu"})
-    quality = {spec.metric: round(spec.measure(model, config, load_needs(spec)), 6)}
+    measured_with = load_needs(spec)
+    if classifier is not None:
+        measured_with[SHIPPED_CLASSIFIER] = classifier.to("cpu").eval()
+    quality = {spec.metric: round(spec.measure(model, config, measured_with), 6)}
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     if check_quality and not spec.passes(quality):
@@ -273,6 +294,8 @@ def train(
         )
     path = atomic_write_bytes(directory / f"{name}.pt", buffer.getvalue())
     command = spec.command + (f" --epochs {epochs}" if epochs is not None else "")
+    if classifier is not None:
+        command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"
     entry = {
         "file": path.name,
         "sha256": sha256_file(path),
@@ -290,6 +313,8 @@ def train(
                    + (f", {torch.cuda.get_device_name(device)}" if str(device).startswith("cuda") else ""),
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if SHIPPED_CLASSIFIER in spec.needs:
+        entry[CLASSIFIER_KEY] = fingerprint(measured_with[SHIPPED_CLASSIFIER])
     manifest = read_manifest(directory)
     manifest[name] = entry
     atomic_write_json(directory / MANIFEST, manifest)
@@ -298,8 +323,22 @@ def train(
 
 
 def train_pairs(family: str, pairs: list[tuple[int, int]], directory: str | Path, progress: bool = True,
-                device: str = "cpu") -> Path:
-    """Retrain ``family``'s model for each pair into ``directory`` (with its own manifest); return it."""
+                device: str = "cpu", classifier: nn.Module | None = None, classifier_spec: str | None = None) -> Path:
+    """Retrain ``family``'s model for each pair into ``directory`` (with its own manifest), against ``classifier``
+    when given (else the shipped one); return the directory."""
     for pair in pairs:
-        train(pair_name(family, pair), directory=directory, progress=progress, device=device)
+        train(pair_name(family, pair), directory=directory, progress=progress, device=device, classifier=classifier,
+              classifier_spec=classifier_spec)
     return Path(directory)
+
+
+def _check_classifier_override(spec: ModelSpec, classifier: nn.Module | None, directory: str | Path | None) -> None:
+    """A model trained against another classifier uses that classifier and goes in the caller's own folder."""
+    if classifier is None:
+        return
+    if SHIPPED_CLASSIFIER not in spec.needs:
+        raise InputError(f"{spec.name} is not trained against a classifier; --classifier goes with the per-pair "
+                         f"models ({', '.join(PAIR_FAMILIES)}).")
+    if directory is None or Path(directory).resolve() == CHECKPOINT_DIR.resolve():
+        raise InputError(f"{spec.name} trained for another classifier would replace the shipped one; give it a "
+                         "folder of its own (--out DIR, or directory=).")
