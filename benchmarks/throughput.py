@@ -1,13 +1,17 @@
-"""Counterfactuals per second and peak memory of every method on a full protocol pair, and the wall time of
-the last ``make reproduce``: together, ``results/benchmark.md``.
+"""Counterfactuals per second, peak memory and the share of the CPU's fp32 matmul peak of every method on a full
+protocol pair, and the wall time of the last ``make reproduce``: together, ``results/benchmark.md``.
 
 Each method runs in a fresh process (so its peak resident memory is its own: the process's high-water
-mark, models and data included), after a two-image warm-up call that loads its checkpoints. The
-reproduce time is read from ``results/reproduce.json``, which ``cfkit reproduce`` writes.
+mark, models and data included), which first measures the matmul peak on its own threads, then makes a two-image
+warm-up call that loads the method's checkpoints, then the timed run. The method's matmul/conv FLOPs per
+counterfactual are counted afterwards (cfkit/compute.py), on the whole pair when the timed run was short, else on
+evenly spaced queries of it. The reproduce time is read from ``results/reproduce.json``, which ``cfkit reproduce``
+writes.
 
 Run by hand (not in CI), on an otherwise idle machine:
 
-    .venv/bin/python benchmarks/throughput.py [--pair 4->9] [--methods cem ldce] [--write results/benchmark.md]
+    .venv/bin/python benchmarks/throughput.py [--pair 4->9] [--methods cem ldce] [--flop-queries 64] \
+        [--write results/benchmark.md]
 
 The methods are the catalog's (cfkit/methods/catalog.py); a plugin module named in CFKIT_PLUGINS registers its
 own, in this process and in the workers.
@@ -22,6 +26,7 @@ import time
 
 import torch
 
+from cfkit.compute import flops_per_counterfactual, matmul_peak_gflops, torch_threads
 from cfkit.data import ensure_mnist
 from cfkit.evaluation import parse_pairs, protocol_queries
 from cfkit.methods import catalog
@@ -36,21 +41,51 @@ def benchmarked() -> list[str]:
     return [entry.name for entry in catalog.entries() if not entry.reference]
 
 
-def measure(name: str, pair: str, n_queries: int = 0) -> dict:
+FLOP_QUERIES = 64
+"""Queries the FLOPs are counted on (evenly spaced over the pair) when counting the whole pair would take long."""
+FULL_COUNT_SECONDS = 15.0
+"""A method whose timed run took less has its FLOPs counted on the whole pair: exact even when its work per image
+depends on the image (CVE stops each image's search on its own); the longer-running methods do a fixed amount of
+work per image at the table's settings (PGD, CEM without ``patience``, LDCE), so a sample gives their exact count."""
+
+
+def measure(name: str, pair: str, n_queries: int = 0, flop_queries: int = FLOP_QUERIES) -> dict:
     """Explain the first ``n_queries`` test queries of ``pair`` (0: all of them; the report runs each method in a
-    fresh process): time, validity and peak memory."""
+    fresh process): time, validity, peak memory, and FLOPs per counterfactual against the matmul peak measured in
+    this process on the same threads before the method runs."""
     ensure_mnist(verbose=False)
     (query, target), = parse_pairs(pair)
     x, _ = protocol_queries((query, target), n_queries)
     source = torch.full((len(x),), query)
+    peak_gflops = matmul_peak_gflops()
     method = catalog.get(name).make(load("classifier"))
     method.explain(x[:2], target, source=source[:2])  # warm-up: checkpoint loading, first-call overheads
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = method.explain(x, target, source=source)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    counted = flop_sample(len(x), flop_queries, result.seconds)
+    with torch_threads(1):  # the count does not depend on threads; a second one only spins against the counter
+        gflop_per_cf = flops_per_counterfactual(method, x[counted], target, source[counted]) / 1e9
+    achieved = gflop_per_cf * len(x) / result.seconds
     return {"method": catalog.label(name), "pair": pair, "n": len(x), "seconds": round(result.seconds, 1),
             "cf_per_second": round(len(x) / result.seconds, 2), "seconds_per_cf": round(result.seconds / len(x), 5),
-            "peak_rss_mib": round(peak), "rss_before_run_mib": round(before), "validity": round(result.validity, 4)}
+            "peak_rss_mib": round(peak), "rss_before_run_mib": round(before), "validity": round(result.validity, 4),
+            "gflop_per_cf": _significant(gflop_per_cf), "flop_n": len(counted),
+            "achieved_gflops": _significant(achieved), "peak_gflops": _significant(peak_gflops),
+            "fraction_of_peak": _significant(achieved / peak_gflops, 3)}
+
+
+def flop_sample(n: int, flop_queries: int, seconds: float) -> torch.Tensor:
+    """Which of ``n`` queries the FLOPs are counted on: all of them when the timed run took under
+    ``FULL_COUNT_SECONDS`` or ``flop_queries`` is 0, else ``flop_queries`` evenly spaced ones."""
+    if flop_queries <= 0 or flop_queries >= n or seconds < FULL_COUNT_SECONDS:
+        return torch.arange(n)
+    return torch.linspace(0, n - 1, flop_queries).round().long()
+
+
+def _significant(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant figures: FLOP counts span 0.02 to 10 GFLOP per counterfactual."""
+    return float(f"{value:.{digits}g}")
 
 
 def reproduce_section() -> list[str]:
@@ -65,17 +100,39 @@ def reproduce_section() -> list[str]:
             f"{record['machine']['torch_threads']} torch threads.", "", markdown(rows)]
 
 
+def compute_section(flop_queries: int = FLOP_QUERIES) -> list[str]:
+    """What the compute columns mean, and what they leave out."""
+    sample = f"{flop_queries} evenly spaced ones" if flop_queries > 0 else "the whole pair too"
+    return [
+        "## The compute floor: columns", "",
+        "- `gflop_per_cf`: matrix-multiply and convolution FLOPs per counterfactual (forward and backward, 2 per "
+        "multiply-add), counted with `torch.utils.flop_counter` on `flop_n` queries of the pair: the whole pair for "
+        f"methods that ran under {FULL_COUNT_SECONDS:.0f} s, else {sample} (the methods that run long do the same "
+        "work for every image at the table's settings). The final validity check is included.",
+        "- `achieved_gflops` = `gflop_per_cf` × `cf_per_second` of the timed run.",
+        "- `peak_gflops`: this CPU's fp32 matmul rate, the best of a few timed 2048×2048 `torch.mm` calls after a "
+        "warm-up, measured in the method's own process on the same threads just before it runs.",
+        "- `fraction_of_peak` = `achieved_gflops` / `peak_gflops`.", "",
+        "Elementwise work (activations, pooling, normalisation, the optimisers' updates, noise) and `torch.cdist` "
+        "(CVE's distractor search) are not counted: the "
+        "fraction is the share of the peak that the matmul/conv work alone reaches, so time spent on elementwise "
+        "ops, small batches or framework overhead shows up as a lower fraction.",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", default="4->9")
     parser.add_argument("--methods", nargs="*", default=benchmarked(), choices=benchmarked())
+    parser.add_argument("--flop-queries", type=int, default=FLOP_QUERIES,
+                        help="queries the FLOPs are counted on when the method ran for long (0: the whole pair)")
     parser.add_argument("--write", default=None, help="also write the report (Markdown) to this file")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     rows = []
     for name in args.methods:
         with context.Pool(1) as pool:
-            rows.append(pool.apply(measure, (name, args.pair)))
+            rows.append(pool.apply(measure, (name, args.pair), {"flop_queries": args.flop_queries}))
         print(rows[-1], flush=True)
     host = machine()
     lines = [
@@ -86,7 +143,7 @@ def main() -> None:
         f"## Counterfactuals per second on a full pair ({args.pair}, every test image of the query class)", "",
         "Each method in a fresh process after a two-image warm-up; peak RSS is the process's high-water mark "
         "(models, MNIST and the batch included).", "",
-        markdown(rows), "", "## make reproduce", "", *reproduce_section(), "",
+        markdown(rows), "", *compute_section(args.flop_queries), "", "## make reproduce", "", *reproduce_section(), "",
     ]
     print("\n".join(lines))
     if args.write:
