@@ -24,6 +24,7 @@ from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
 from .report import collect_table
 from .run import notebook_parameters, run_notebook
+from .threads import cores, thread_limits, threads_per_job
 from .zoo.checkpoints import load, names
 from .zoo.inception import inception_extractor, reference_features
 
@@ -50,11 +51,6 @@ def reproduce_needs() -> dict[str, list[str]]:
 
 REPRODUCE_RECORD = "reproduce.json"
 """In results/: the wall time of each notebook of the last ``cfkit reproduce`` and the machine it ran on."""
-
-
-def cores() -> int:
-    """The CPU cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def machine() -> dict[str, Any]:
@@ -122,20 +118,6 @@ def _launch_order(notebooks: list[str], results_dir: Path) -> list[str]:
     except (OSError, ValueError, KeyError):
         return sorted(notebooks, key=lambda name: name not in LONGEST)
     return sorted(notebooks, key=lambda name: -last.get(name, 0.0))
-
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-"""What caps a kernel's torch/BLAS threads: kernels inherit their launcher's environment."""
-
-
-def threads_per_job(jobs: int) -> int:
-    """Threads for each of ``jobs`` runs at once, so that together they use this machine's cores once."""
-    return max(1, cores() // max(1, jobs))
-
-
-def thread_limits(threads: int) -> dict[str, str]:
-    """The environment that caps a child's kernel at ``threads`` torch/BLAS threads."""
-    return {var: str(threads) for var in THREAD_VARS}
 
 
 def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path, threads: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -153,22 +152,3 @@ def flatten_rows(rows: list[dict], key: str = "method", prefix: str = "") -> dic
             if column not in (key, "pair") and value is not None:
                 flat[f"{prefix}{row[key]}/{row['pair']}/{column}"] = value
     return flat
-
-
-def write_expected(
-    name: str, parameters: dict[str, Any], rel: float = 1e-3, abs_tol: float = 1e-6,
-    directory: str | Path | None = None,
-) -> Path:
-    """Run a notebook at its CI parameters and commit-ready store its numbers as the expected values.
-
-    Use after a deliberate change (a retrained model, a new metric); the tests then hold the numbers to
-    ``pytest.approx(rel, abs)``.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        run_parameters = dict(parameters)
-        if "runs_dir" in notebook_parameters(name):
-            run_parameters["runs_dir"] = tmp
-        run_notebook(name, run_parameters, out_dir=Path(tmp) / Path(name).stem)
-        numbers = reproducible(read_record(Path(tmp) / Path(name).stem)["numbers"])
-    expected = {"parameters": parameters, "tolerance": {"rel": rel, "abs": abs_tol}, "values": numbers}
-    return atomic_write_json(Path(directory or NOTEBOOK_DIR / "expected") / f"{Path(name).stem}.json", expected)

@@ -28,7 +28,7 @@ from typing import Any
 from . import columns as table_columns
 from .errors import SchedulerError, SweepError
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_text
-from .reproduce import thread_limits, threads_per_job
+from .threads import thread_limits, threads_per_job
 from .run import RECORD_FILE, check_parameters, notebook_path, parse_cli_parameters, read_record, run_notebook
 from .table import _cell, markdown
 

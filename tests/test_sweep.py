@@ -13,7 +13,7 @@ from cfkit import cli, sweep
 from cfkit.errors import ParameterError
 from cfkit.run import RECORD_FILE
 from cfkit.errors import SchedulerError, SweepError
-from cfkit.reproduce import THREAD_VARS, threads_per_job
+from cfkit.threads import THREAD_VARS, threads_per_job
 from cfkit.sweep import (SWEEP_CSV, SWEEP_PNG, Point, build_grid, folder_name, gather, parse_sweep_args, run_point,
                          run_sweep)
 
