@@ -10,6 +10,7 @@ interval does not. ``mismatches`` is the comparison the tests make.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,10 +34,11 @@ THREAD_FACTOR = 2.0
 
 def _run(name: str, parameters: dict[str, Any], threads: int | None, folder: Path) -> dict[str, float]:
     """The notebook's reproducible numbers from a ``cfkit run`` child on ``threads`` torch threads (None: all)."""
-    out = folder / f"{Path(name).stem}-t{threads}-s{parameters.get('seed', 0)}"
+    run_dir = folder / f"t{threads}-s{parameters.get('seed', 0)}"  # a runs folder of its own: scoring reads it whole
+    out = run_dir / Path(name).stem
     values = dict(parameters)
     if "runs_dir" in notebook_parameters(name):
-        values["runs_dir"] = str(out / "runs")
+        values["runs_dir"] = str(run_dir)
     command = [sys.executable, "-m", "cfkit.cli", "run", name, "--out", str(out)]
     for key, value in values.items():
         command += ["-p", key, repr(value)]
@@ -61,19 +63,33 @@ def _half_width(values: dict[str, float], key: str) -> float | None:
 
 
 def tolerances(values: dict[str, float], thread_spread: dict[str, float], seed_spread: dict[str, float],
-               rel: float, abs_tol: float) -> dict[str, float]:
-    """Each number's absolute tolerance (see the module docstring)."""
+               rel: float, abs_tol: float, rel_without_interval: float | None = None) -> dict[str, float]:
+    """Each number's absolute tolerance (see the module docstring); ``rel_without_interval`` replaces ``rel`` for
+    numbers that have no bootstrap interval (summaries of a few discrete decisions, say)."""
     out = {}
     for key, value in values.items():
         half = _half_width(values, key)
-        out[key] = max(abs_tol + rel * abs(value), THREAD_FACTOR * thread_spread.get(key, 0.0),
+        base_rel = rel if half is not None or rel_without_interval is None else rel_without_interval
+        out[key] = max(abs_tol + base_rel * abs(value), THREAD_FACTOR * thread_spread.get(key, 0.0),
                        seed_spread.get(key, 0.0), INTERVAL_SHARE * half if half is not None else 0.0)
     return out
 
 
+def retolerance(name: str, rel: float, abs_tol: float, rel_without_interval: float | None = None,
+                directory: str | Path | None = None) -> Path:
+    """Recompute an expected file's tolerances from its stored values and spreads with other base tolerances
+    (no notebook runs)."""
+    path = Path(directory or EXPECTED_DIR) / f"{Path(name).stem}.json"
+    expected = json.loads(path.read_text())
+    expected["tolerance"].update(rel=rel, abs=abs_tol, rel_without_interval=rel_without_interval)
+    expected["tolerances"] = tolerances(expected["values"], expected["spread"]["threads"],
+                                        expected["spread"]["seeds"], rel, abs_tol, rel_without_interval)
+    return atomic_write_json(path, expected)
+
+
 def write_expected(name: str, parameters: dict[str, Any], rel: float = 1e-3, abs_tol: float = 1e-6,
                    threads: tuple[int, ...] = (1,), seed_offsets: tuple[int, ...] = (1,),
-                   directory: str | Path | None = None) -> Path:
+                   directory: str | Path | None = None, rel_without_interval: float | None = None) -> Path:
     """Measure and store ``notebooks/expected/<name>.json``: the reference run's numbers, their spread across
     ``threads`` and seed offsets, and each one's tolerance. Use after a deliberate change (a retrained model, a
     new metric); the runs go two at a time."""
@@ -84,14 +100,17 @@ def write_expected(name: str, parameters: dict[str, Any], rel: float = 1e-3, abs
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda job: _run(name, job[0], job[1], Path(tmp)), plan))
     reference, by_threads, by_seed = runs[0], runs[1:1 + len(threads)], runs[1 + len(threads):]
+    if not reference:
+        raise NotebookFailedError(f"{name} recorded no numbers at {parameters}: nothing to expect.")
     thread_spread, seed_spread = _spread([reference, *by_threads]), _spread([reference, *by_seed])
     expected = {
         "parameters": parameters,
-        "tolerance": {"rel": rel, "abs": abs_tol, "interval_share": INTERVAL_SHARE, "thread_factor": THREAD_FACTOR},
+        "tolerance": {"rel": rel, "abs": abs_tol, "rel_without_interval": rel_without_interval,
+                      "interval_share": INTERVAL_SHARE, "thread_factor": THREAD_FACTOR},
         "measured": {"threads": [cores(), *threads], "seeds": [seed] + [seed + o for o in seed_offsets if seeded]},
         "values": reference,
         "spread": {"threads": thread_spread, "seeds": seed_spread},
-        "tolerances": tolerances(reference, thread_spread, seed_spread, rel, abs_tol),
+        "tolerances": tolerances(reference, thread_spread, seed_spread, rel, abs_tol, rel_without_interval),
     }
     return atomic_write_json(Path(directory or EXPECTED_DIR) / f"{Path(name).stem}.json", expected)
 

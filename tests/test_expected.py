@@ -31,3 +31,9 @@ def test_mismatches_name_each_number_off_or_missing() -> None:
     assert len(problems) == 2 and problems[0].startswith("cem/4->9/cout: got 0.08") and "errors/n: missing" in problems
     legacy = {"tolerance": {"rel": 0.02, "abs": 1e-4}, "values": {"a": 1.0}}
     assert mismatches({"a": 1.015}, legacy) == [] and mismatches({"a": 1.03}, legacy) != []
+
+
+def test_numbers_without_an_interval_can_get_their_own_base() -> None:
+    tol = tolerances(VALUES, {}, {}, rel=1e-3, abs_tol=1e-6, rel_without_interval=0.1)
+    assert tol["controls/mask_kept"] == pytest.approx(1e-6 + 0.1 * 0.16)
+    assert tol["cem/4->9/cout"] == pytest.approx(INTERVAL_SHARE * 0.03), "an interval's number keeps its rule"
