@@ -82,8 +82,8 @@ def _from_factory(spec: str, weights: Path | None, device: str | torch.device) -
     if not isinstance(model, nn.Module):
         raise InputError(f"{spec}() returned {type(model).__name__}, not a torch.nn.Module.")
     if weights is None:
-        raise InputError(f"classifier {spec!r} needs its weights: give the state dict file (classifier_weights "
-                         "in a notebook, --classifier-weights on the command line).")
+        raise InputError(f"classifier {spec!r} needs its weights: give the state dict file (classifier_state "
+                         "in a notebook, --classifier-state on the command line).")
     try:
         state = torch.load(weights, map_location=device, weights_only=True)
     except Exception as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from .errors import NotebookFailedError
 from .paths import NOTEBOOK_DIR, atomic_write_json
-from .run import notebook_parameters, read_record, reproducible
+from .run import child_command, notebook_parameters, read_record, reproducible
 from .threads import cores, thread_limits
 
 EXPECTED_DIR = NOTEBOOK_DIR / "expected"
@@ -39,11 +38,8 @@ def _run(name: str, parameters: dict[str, Any], threads: int | None, folder: Pat
     values = dict(parameters)
     if "runs_dir" in notebook_parameters(name):
         values["runs_dir"] = str(run_dir)
-    command = [sys.executable, "-m", "cfkit.cli", "run", name, "--out", str(out)]
-    for key, value in values.items():
-        command += ["-p", key, repr(value)]
     env = {**os.environ, **(thread_limits(threads) if threads else {})}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(child_command(name, values, out), capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise NotebookFailedError(f"{name} failed on {threads or cores()} threads: {done.stderr[-2000:]}")
     return reproducible(read_record(out)["numbers"])

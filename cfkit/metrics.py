@@ -2,7 +2,8 @@
 
 Per-image functions (``*_scores``) return one value per counterfactual so that means, intervals
 and significance tests can be built on them; :mod:`cfkit.columns` declares the table's columns with
-them and :func:`cfkit.scoring.evaluate_pair` turns a pair's counterfactuals into one row. IM1 and IM2 are lower-is-better (Van Looveren & Klaise).
+them and :func:`cfkit.scoring.evaluate_pair` turns a pair's counterfactuals into one row. IM1 and IM2 are
+lower-is-better (Van Looveren & Klaise).
 FID/KID live in the feature space of the kit's own ``features`` network (comparable within cfkit
 only) and, when its extractor can be had, in Inception-v3's on a fixed subsample (``*_inception``, with
 its n). Every metric carries a seeded 95 % bootstrap interval over queries (``<metric>_lo``/``_hi``).

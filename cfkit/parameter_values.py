@@ -25,6 +25,8 @@ def notebook_configs() -> dict[str, type]:
     configs = {entry.notebook: entry.method.config_type for entry in catalog.entries()
                if entry.notebook is not None and entry.method.config_type is not None}
     return {**configs, **OTHER_CONFIGS}
+
+
 COUNTS = {"n_queries": 0, "ablation_queries": 0, "max_errors": 0, "cem_patience": 0, "seed": 0,
           "n_images": 1, "per_error": 1, "show": 1, "samples_per_class": 2}
 """Count parameters and their least value: 0 where the notebook gives 0 a meaning (all, skip, never); two

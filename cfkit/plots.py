@@ -153,7 +153,6 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     """Save ``fig`` as PNG atomically (so a crash never leaves a half-written picture) and close it."""
     import io
 
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
@@ -228,6 +227,7 @@ def comparison_matrix(comparisons: list[dict], labels: dict[str, str] | None = N
     ``*`` where its 95 % interval excludes zero (the row method is A); ``labels`` default to the catalog's."""
     import numpy as np
 
+    labels = labels or catalog.labels()
     chosen = [c for c in comparisons if c["pair"] == pair and c["metric"] in metrics]
     shown = [m for m in metrics if any(c["metric"] == m for c in chosen)] or list(metrics)[:1]
     methods = list(dict.fromkeys([c["a"] for c in chosen] + [c["b"] for c in chosen]))
@@ -243,7 +243,7 @@ def comparison_matrix(comparisons: list[dict], labels: dict[str, str] | None = N
         ax.imshow(grid, cmap="coolwarm", vmin=-limit, vmax=limit)
         for (i, j), significant in stars.items():
             ax.text(j, i, f"{grid[i, j]:.2f}{'*' if significant else ''}", ha="center", va="center", fontsize=7)
-        names = [(labels or catalog.labels()).get(m, m) for m in methods]
+        names = [labels.get(m, m) for m in methods]
         ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(methods)), names, fontsize=8)
         ax.set_title(f"{metric}: row − column ({pair}); * 95 % CI excludes 0", fontsize=9)
@@ -262,6 +262,7 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
     to the catalog's."""
     from matplotlib.ticker import NullFormatter
 
+    labels = labels or catalog.labels()
     means = [r for r in rows if r["pair"] == "mean" and isinstance(r.get("budget"), (int, float))
              and r["budget"] == r["budget"]]  # settings only: a floor has no budget
     methods = [m for m in dict.fromkeys(r["method"] for r in means)
@@ -288,7 +289,7 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
-            ax.set_title(f"{(labels or catalog.labels()).get(method, method)}: {title}", fontsize=8)
+            ax.set_title(f"{labels.get(method, method)}: {title}", fontsize=8)
             ax.set_xlabel(points[0].get("budget_unit") or "budget", fontsize=7)
         ax_row[0].legend(fontsize=6)
     fig.tight_layout()

@@ -23,7 +23,7 @@ from .errors import NotebookFailedError, ParameterError
 from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
 from .report import collect_table
-from .run import notebook_parameters, run_notebook
+from .run import child_command, notebook_parameters, run_notebook
 from .threads import cores, thread_limits, threads_per_job
 from .zoo.checkpoints import load, names
 from .zoo.inception import inception_extractor, reference_features
@@ -122,12 +122,9 @@ def _launch_order(notebooks: list[str], results_dir: Path) -> list[str]:
 
 def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path, threads: int) -> None:
     """``cfkit run`` in a child process whose kernel uses ``threads`` torch threads; its output goes to run.log."""
-    command = [sys.executable, "-m", "cfkit.cli", "run", notebook, "--out", str(out_dir)]
-    for key, value in parameters.items():
-        command += ["-p", key, repr(value)]
     env = {**os.environ, **thread_limits(threads)}
     with open(out_dir / "run.log", "w") as log:
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        code = subprocess.call(child_command(notebook, parameters, out_dir), stdout=log, stderr=subprocess.STDOUT, env=env)
     if code != 0:
         raise NotebookFailedError(f"{notebook} failed (exit {code}); its output is in {out_dir / 'run.log'}.")
 
@@ -175,7 +172,7 @@ def reproduce(
         raise ParameterError(f"jobs must be an int >= 1 (notebooks run at once), got {jobs!r}.")
     log = log or sys.stderr
     runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
-    notebooks, parameters = list(reproduce_order() if notebooks is None else notebooks), parameters or {}
+    notebooks, parameters = list(reproduce_order() if notebooks is None else notebooks), dict(parameters or {})
     full_size = not parameters and classifier is None  # every notebook at its defaults, for the zoo classifier
     if classifier is not None:
         notebooks, parameters = _for_classifier(notebooks, parameters, classifier, classifier_state, runs_dir,

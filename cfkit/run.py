@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,14 @@ def _literal_defaults(spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
         except (ValueError, SyntaxError):
             continue
     return defaults
+
+
+def child_command(name: str | Path, parameters: dict[str, Any], out_dir: str | Path) -> list[str]:
+    """The ``cfkit run`` command line of a child process that runs ``name`` with ``parameters`` into ``out_dir``."""
+    command = [sys.executable, "-m", "cfkit.cli", "run", str(name), "--out", str(out_dir)]
+    for key, value in parameters.items():
+        command += ["-p", key, repr(value)]
+    return command
 
 
 def parse_cli_parameters(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from cfkit.columns import header as table_header
 from cfkit.errors import InputError
 from cfkit.methods.base import Result
 from cfkit.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
-from cfkit.table import read_csv, to_markdown, write_table
+from cfkit.table import read_csv, write_table
 from cfkit.zoo.checkpoints import load
 
 ZOO = fingerprint(load("classifier"))

@@ -113,7 +113,6 @@ class PerPairMethod(CounterfactualMethod):
     def pair_model(self, pair: tuple[int, int]) -> nn.Module:
         """The pair's trained model (a clear error naming its training command when there is none, or when it was
         trained against another classifier than this method's)."""
-
         if tuple(pair) in self.models:
             return self.models[tuple(pair)].to(self.device).eval()
         return load_pair(self.family, pair, self.pair_dir, self.device, classifier=self.classifier_fingerprint)

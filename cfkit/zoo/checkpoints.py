@@ -230,8 +230,10 @@ def load_pair(family: str, pair: tuple[int, int], directory: str | Path | None =
             f"{spec.name}.pt holds a model trained on {trained_on[0]}->{trained_on[1]}, not {pair[0]}->{pair[1]}; "
             f"rebuild it with `{spec.command}`."
         )
+    if classifier is None:
+        return model
     trained_for = read_manifest(directory)[spec.name].get(CLASSIFIER_KEY) or fingerprint(load(SHIPPED_CLASSIFIER))
-    if classifier is not None and classifier != trained_for:
+    if classifier != trained_for:
         raise CheckpointError(
             f"{spec.name} in {directory or CHECKPOINT_DIR} was trained against classifier {trained_for[:12]}…, not the "
             f"one being explained ({classifier[:12]}…): a per-pair model learns its classifier's decision. Train one "
