@@ -93,11 +93,21 @@ def reproduce_section() -> list[str]:
     if not path.is_file():
         return ["`make reproduce` has not been timed here yet: run it, then this script again."]
     record = json.loads(path.read_text())
-    rows = [{"notebook": name, "seconds": seconds} for name, seconds in record["notebooks"].items()]
+    profile = record.get("profile", {})
+    threads = record.get("torch_threads") or {}
+    rows = [{"notebook": name, "torch_threads": threads.get(name), **profile.get(name, {"wall": seconds})}
+            for name, seconds in record["notebooks"].items()]
+    rows.append({"notebook": "sum", **{key: round(sum(row.get(key) or 0 for row in rows), 1)
+                                       for key in rows[0] if key not in ("notebook", "torch_threads")}})
     size = "full size" if record["full_size"] else "NOT full size"
     return [f"`make reproduce` ({size}, finished {record['finished']}, install excluded): **{record['seconds']:.0f} s "
             f"= {record['seconds'] / 60:.1f} min** on {record['machine']['cpu']}, {record['machine']['cores']} cores, "
-            f"{record['machine']['torch_threads']} torch threads.", "", markdown(rows)]
+            f"{record.get('jobs', 1)} notebooks at a time.", "",
+            "Where each notebook's wall seconds went: `startup` is process, papermill and kernel start (the wall time "
+            "less the cells' own); `method` the methods' `explain` calls; `metrics` scoring the sets (Inception "
+            "left out); `inception` Inception-v3 forward passes (reference features included when not cached); "
+            "`other` the rest of the cells (imports, checkpoint loading, plots, widgets). Timed inside the kernels "
+            "by `cfkit.profiling`.", "", markdown(rows)]
 
 
 def compute_section(flop_queries: int = FLOP_QUERIES) -> list[str]:

@@ -180,3 +180,30 @@ def test_sweep_on_a_dask_cluster(cluster, tmp_path, capsys) -> None:
     check_radius_rows(rows)
     assert all(column.startswith(f"{MEAN}/") for column in list(rows[0])[1:-3])
     assert (tmp_path / SWEEP_PNG).is_file() and str(tmp_path / SWEEP_CSV) in capsys.readouterr().out
+
+
+def test_kernels_follow_the_share_of_cores_their_launcher_writes(tmp_path, monkeypatch) -> None:
+    """`cfkit reproduce --jobs` writes how many notebooks run; a kernel reading it takes cores // that many threads."""
+    import torch
+
+    from cfkit import threads
+
+    share = tmp_path / "share"
+    monkeypatch.setenv(threads.SHARE_VAR, str(share))
+    monkeypatch.setattr(threads, "cores", lambda: 4)
+    before = torch.get_num_threads()
+    try:
+        for running, expected in ((4, 1), (2, 2), (1, 4)):
+            threads.write_share(share, running)
+            threads._last_check[0] = float("-inf")
+            threads.follow_share()
+            assert torch.get_num_threads() == expected, running
+        threads.write_share(share, 2)
+        threads.follow_share()  # read at most every SHARE_CHECK_SECONDS: not yet
+        assert torch.get_num_threads() == 4
+        share.write_text("garbage")
+        threads._last_check[0] = float("-inf")
+        threads.follow_share()
+        assert torch.get_num_threads() == 4, "an unreadable share keeps the threads"
+    finally:
+        torch.set_num_threads(before)

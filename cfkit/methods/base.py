@@ -17,6 +17,8 @@ from tqdm.auto import tqdm
 
 from ..classifiers import check_classifier, fingerprint
 from ..errors import InputError
+from ..profiling import phase
+from ..threads import follow_share
 from ..validate import check_class_ids, check_images, check_targets
 from ..zoo.checkpoints import load_pair
 
@@ -82,10 +84,16 @@ class CounterfactualMethod:
         if source.shape[0] != x.shape[0]:
             raise InputError(f"source has {source.shape[0]} labels for {x.shape[0]} images; give one per image.")
         target = check_targets(target, x.shape[0], source=source)
+        with phase("method"):
+            return self._explain_all(x, target, source)
+
+    def _explain_all(self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> Result:
+        """Every batch of checked inputs, timed, then the validity of the counterfactuals."""
         start = time.perf_counter()
         pieces, extras = [], []
         batches = range(0, x.shape[0], self.batch_size)
         for i in tqdm(batches, desc=self.name, disable=not self.progress, unit="batch"):
+            follow_share()
             sl = slice(i, i + self.batch_size)
             x_cf, extra = self._explain_batch(x[sl].to(self.device), target[sl].to(self.device),
                                               source[sl].to(self.device))

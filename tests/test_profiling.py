@@ -1,0 +1,58 @@
+"""The per-notebook profile: phases timed in the kernel, nested ones counted once, and the rest of the wall time."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cfkit import profiling
+from cfkit.run import read_record, record
+
+
+@pytest.fixture(autouse=True)
+def fresh_phases():
+    profiling.reset()
+    yield
+    profiling.reset()
+
+
+def test_a_nested_phase_counts_for_itself_alone() -> None:
+    with profiling.phase("metrics"):
+        time.sleep(0.05)
+        with profiling.phase("inception"):
+            time.sleep(0.1)
+    with profiling.phase("metrics"):
+        time.sleep(0.05)
+    timed = profiling.phases()
+    assert timed["inception"] == pytest.approx(0.1, abs=0.05)
+    assert timed["metrics"] == pytest.approx(0.1, abs=0.05), "the inner 0.1 s is not metrics' too"
+
+
+def test_a_failing_block_still_counts_and_closes_its_phase() -> None:
+    with pytest.raises(ValueError):
+        with profiling.phase("method"):
+            time.sleep(0.02)
+            raise ValueError("boom")
+    with profiling.phase("metrics"):
+        pass
+    assert profiling.phases()["method"] >= 0.0 and "metrics" in profiling.phases()
+    assert profiling._open == [], "no phase left open"
+
+
+def test_record_writes_the_kernels_phases_beside_the_numbers(tmp_path) -> None:
+    with profiling.phase("method"):
+        time.sleep(0.01)
+    record(tmp_path, {"a": 1.0})
+    saved = read_record(tmp_path)
+    assert saved["numbers"] == {"a": 1.0} and set(saved["phases"]) == {"method"}
+
+
+def test_notebook_profile_splits_the_wall_time(tmp_path) -> None:
+    executed = tmp_path / "nb.ipynb"
+    cells = [{"cell_type": "code", "metadata": {"papermill": {"duration": d}}, "source": ""} for d in (2.0, 30.0, 8.0)]
+    cells.append({"cell_type": "markdown", "metadata": {}, "source": ""})
+    executed.write_text(json.dumps({"cells": cells}))
+    row = profiling.notebook_profile(45.0, executed, {"method": 20.0, "inception": 6.0, "metrics": 4.0})
+    assert row == {"wall": 45.0, "startup": 5.0, "method": 20.0, "metrics": 4.0, "inception": 6.0, "other": 10.0}
+    assert row["startup"] + sum(row[k] for k in profiling.PHASES) + row["other"] == row["wall"]
