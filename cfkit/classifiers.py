@@ -37,6 +37,8 @@ def load_classifier(spec: str | Path | nn.Module = DEFAULT, weights: str | Path 
         raise InputError(f"classifier must be {FORMS}; got {spec!r}.")
     else:
         model = _resolve(str(spec).strip(), None if weights in (None, "") else Path(weights), device)
+        for parameter in model.parameters():  # methods want input gradients only: no work on weight gradients
+            parameter.requires_grad_(False)
     model = model.to(device).eval()
     check_classifier(model, str(spec) if not isinstance(spec, nn.Module) else type(spec).__name__)
     return model

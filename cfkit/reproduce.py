@@ -16,17 +16,19 @@ from typing import Any
 
 import torch
 
-from .data import PAIRS, ensure_mnist
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER
 from .classifiers import load_classifier
+from .data import PAIRS, ensure_mnist
 from .errors import NotebookFailedError, ParameterError
 from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
+from .profiling import notebook_profile
 from .report import collect_table
-from .run import child_command, notebook_parameters, run_notebook
-from .threads import cores, thread_limits, threads_per_job
+from .run import RECORD_FILE, child_command, notebook_parameters, read_record, run_notebook
+from .scoring import inception_references
+from .threads import SHARE_VAR, cores, thread_limits, threads_per_job, write_share
 from .zoo.checkpoints import load, names
-from .zoo.inception import inception_extractor, reference_features
+from .zoo.inception import inception_extractor
 
 SCORING_NOTEBOOK = "10_metrics"
 """Scores every method's sets (and makes the real-data reference's): it runs after the method notebooks."""
@@ -120,13 +122,20 @@ def _launch_order(notebooks: list[str], results_dir: Path) -> list[str]:
     return sorted(notebooks, key=lambda name: -last.get(name, 0.0))
 
 
-def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path, threads: int) -> None:
-    """``cfkit run`` in a child process whose kernel uses ``threads`` torch threads; its output goes to run.log."""
-    env = {**os.environ, **thread_limits(threads)}
+def _run_in_subprocess(notebook: str, parameters: dict[str, Any], out_dir: Path, threads: int, share: Path) -> None:
+    """``cfkit run`` in a child process whose kernel starts on ``threads`` torch threads and follows the ``share``
+    file (:func:`cfkit.threads.follow_share`); its output goes to run.log."""
+    env = {**os.environ, **thread_limits(threads), SHARE_VAR: str(share)}
     with open(out_dir / "run.log", "w") as log:
         code = subprocess.call(child_command(notebook, parameters, out_dir), stdout=log, stderr=subprocess.STDOUT, env=env)
     if code != 0:
         raise NotebookFailedError(f"{notebook} failed (exit {code}); its output is in {out_dir / 'run.log'}.")
+
+
+def _profile(notebook: str, out_dir: Path, wall: float) -> dict[str, float]:
+    """Where the notebook's ``wall`` seconds went (:func:`cfkit.profiling.notebook_profile`)."""
+    timed = read_record(out_dir).get("phases", {}) if (out_dir / RECORD_FILE).is_file() else {}
+    return notebook_profile(wall, out_dir / f"{notebook}.ipynb", timed)
 
 
 def _for_classifier(notebooks: list[str], parameters: dict[str, dict[str, Any]], classifier: str,
@@ -197,9 +206,10 @@ def reproduce(
             say(f"no Inception-space FID/KID: {reason}")
         else:  # the reference features every method notebook needs, on all cores, before they start
             for target in dict.fromkeys(t for _, t in PAIRS):
-                reference_features(extractor, target)
-            say("Inception extractor verified and its reference features cached")
+                inception_references(extractor, target)
+            say("Inception extractor verified and its reference features and statistics cached")
     seconds: dict[str, float] = {}
+    profile: dict[str, dict[str, float]] = {}
     counter = iter(range(1, len(notebooks) + 1))
 
     def run_one(notebook: str) -> None:
@@ -212,11 +222,14 @@ def reproduce(
             if jobs == 1:
                 run_notebook(notebook, parameters.get(notebook), out_dir=out_dir)
             else:
-                _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook])
+                _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook], share)
         seconds[notebook] = round(time.perf_counter() - began, 1)
+        profile[notebook] = _profile(notebook, out_dir, seconds[notebook])
         say(f"{notebook} done in {seconds[notebook]:.0f} s")
 
     pending = list(_launch_order(notebooks, results_dir) if jobs > 1 else notebooks)
+    share = runs_dir / ".core_share"  # how many notebooks run now: their kernels split the cores by it
+    runs_dir.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(jobs) as pool:
         running: dict = {}
         while pending or running:
@@ -224,6 +237,7 @@ def reproduce(
                      if not any(need in notebooks and need not in seconds for need in needs.get(nb, ()))]
             launch = ready[: jobs - len(running)]
             sharing = len(running) + len(launch)
+            write_share(share, sharing)  # kernels already running give up or take cores by it
             for notebook in launch:
                 pending.remove(notebook)
                 threads[notebook] = threads_per_job(sharing)
@@ -235,10 +249,11 @@ def reproduce(
                     pending.clear()  # start nothing new; let the others finish, then report
                     wait(running)
                     raise future.exception()
+    share.unlink(missing_ok=True)
     table = collect_table(runs_dir, results_dir=results_dir)
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
-        "seconds": total, "notebooks": seconds, "full_size": full_size, "jobs": jobs,
+        "seconds": total, "notebooks": seconds, "profile": profile, "full_size": full_size, "jobs": jobs,
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),

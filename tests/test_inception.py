@@ -77,3 +77,22 @@ def test_inception_features_separate_digits(extractor, tmp_path) -> None:
     assert scored["same"]["fid_inception"] < scored["other"]["fid_inception"]
     cached = list(inception.inception_dir().glob("reference_test_9_24.pt"))
     assert cached, "reference features are cached on disk"
+
+
+def test_reference_statistics_are_cached_and_a_corrupt_cache_is_recomputed(extractor) -> None:
+    """The 2048×2048 square root is computed once, kept beside the features, and never trusted when corrupt."""
+    from cfkit import scoring
+
+    def statistics() -> tuple[float, torch.Tensor]:
+        scoring._inception_references.cache_clear()
+        real, (frechet, _) = scoring._inception_references(extractor, 9, 24)
+        return frechet.distance(real[:12]), frechet.root
+
+    path = inception.inception_dir() / "reference_statistics_test_9_24.pt"
+    path.unlink(missing_ok=True)
+    computed, root = statistics()
+    assert path.is_file() and root.shape == (inception.NUM_FEATURES, inception.NUM_FEATURES)
+    assert statistics()[0] == computed, "read back from disk: the same FID"
+    path.write_bytes(b"not a checkpoint")
+    assert statistics()[0] == computed and path.stat().st_size > 1_000_000, "recomputed and rewritten"
+    scoring._inception_references.cache_clear()

@@ -167,3 +167,18 @@ def test_cli_expands_pair_families() -> None:
     assert _expand_pair_families(["expgan", "ae_1"], None) == ["expgan_4_9", "expgan_3_8", "expgan_5_6", "ae_1"]
     with pytest.raises(CfkitError, match="--pair goes with a pair family"):
         _expand_pair_families(["ae_1"], [4, 9])
+
+
+def test_fast_max_pooling_gives_torchs_values_and_gradients() -> None:
+    """MaxPool2x2 is nn.MaxPool2d(2): equal outputs without gradients (odd sizes included), torch's own op with."""
+    from cfkit.zoo.nets import MaxPool2x2
+
+    pool, x = MaxPool2x2(), torch.randn(3, 4, 9, 8).relu()
+    x[0, 0, 0, :2] = 5.0  # a positive tie
+    with torch.inference_mode():
+        assert torch.equal(pool(x), torch.nn.functional.max_pool2d(x, 2))
+    ours, theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    pool(ours).sum().backward()
+    torch.nn.functional.max_pool2d(theirs, 2).sum().backward()
+    assert torch.equal(ours.grad, theirs.grad)
+    assert isinstance(load("classifier").features[2], MaxPool2x2)
