@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .batching import INFERENCE_BATCH
 from .data import load_mnist
 from .errors import InputError
 from .methods.base import Result
@@ -45,7 +46,7 @@ class Confusions:
 def test_predictions(classifier: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """MNIST test images, labels and the classifier's predictions."""
     x, y = load_mnist("test")
-    return x, y, torch.cat([classifier(chunk).argmax(1) for chunk in x.split(1000)])
+    return x, y, torch.cat([classifier(chunk).argmax(1) for chunk in x.split(INFERENCE_BATCH)])
 
 
 def misclassified(classifier: nn.Module) -> Confusions:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .batching import INFERENCE_BATCH
 from .classifiers import fingerprint, load_classifier
 from .errors import InputError
 from .validate import check_class_ids, check_images, check_targets
@@ -27,12 +28,11 @@ from .zoo.inception import INCEPTION_CFS, INCEPTION_REFERENCE, InceptionExtracto
 EPS = 1e-7
 SPARSITY_THRESHOLD = 0.1
 COUT_STEPS = 50
-BATCH = 256  # the classifier's fastest batch on 2 CPU threads (0.15 ms per image at 256, 0.19 at 1000)
 
 
 def _batched(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
-        return torch.cat([model(chunk) for chunk in x.split(BATCH)])
+        return torch.cat([model(chunk) for chunk in x.split(INFERENCE_BATCH)])
 
 
 def _per_class(
@@ -176,6 +176,7 @@ class MetricModels:
     inception_reason: str = "Inception-space FID/KID not requested"
     """Why the Inception columns are empty when ``inception`` is None."""
     inception_cfs: int = INCEPTION_CFS
+    """Counterfactuals a set feeds to Inception, the first ones; 0: every one (the full protocol)."""
     inception_reference: int = INCEPTION_REFERENCE
     calibrated: Mapping[int, nn.Module] | None = None
     """The calibrated setting's per-class autoencoders (``ae_cal_<d>``): IM1/IM2 a second time, labelled."""
@@ -184,11 +185,14 @@ class MetricModels:
 
     @classmethod
     def from_zoo(cls, device: str = "cpu", inception: bool = True, classifier: str | nn.Module = "classifier",
-                 classifier_weights: str | None = None) -> MetricModels:
+                 classifier_weights: str | None = None, inception_cfs: int = INCEPTION_CFS) -> MetricModels:
         """The shipped zoo; ``inception``: also fetch and verify the Inception extractor (its columns stay
-        empty, with the reason in ``inception_reason``, when it cannot be had). ``classifier`` (and its
+        empty, with the reason in ``inception_reason``, when it cannot be had), fed the first ``inception_cfs``
+        counterfactuals of a set (0: all of them, the full protocol). ``classifier`` (and its
         weights) is the model under explanation (:func:`cfkit.classifiers.load_classifier`): validity and COUT
         are measured on it; every other model stays the kit's."""
+        if isinstance(inception_cfs, bool) or not isinstance(inception_cfs, int) or inception_cfs < 0:
+            raise InputError(f"inception_cfs must be an int >= 0 (0: every counterfactual), got {inception_cfs!r}.")
         names = (["oracle", "features", "ae_all"] + [f"ae_{d}" for d in range(10)]
                  + [f"ae_cal_{d}" for d in range(10)])
         manifest = read_manifest()
@@ -200,7 +204,7 @@ class MetricModels:
             features=FeatureExtractor(load("features", device=device)),
             autoencoders={d: load(f"ae_{d}", device=device) for d in range(10)},
             ae_all=load("ae_all", device=device),
-            inception=extractor, inception_reason=reason,
+            inception=extractor, inception_reason=reason, inception_cfs=inception_cfs,
             calibrated={d: load(f"ae_cal_{d}", device=device) for d in range(10)},
             calibrated_aggregation=CALIBRATED_AE["aggregation"],
         )

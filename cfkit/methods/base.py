@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..batching import INFERENCE_BATCH
 from ..classifiers import check_classifier, fingerprint
 from ..errors import InputError
 from ..profiling import phase
@@ -75,7 +76,7 @@ class CounterfactualMethod:
     @torch.inference_mode()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """The classifier's class for each image."""
-        return torch.cat([self.classifier(chunk.to(self.device)).argmax(1).cpu() for chunk in x.split(1000)])
+        return torch.cat([self.classifier(chunk.to(self.device)).argmax(1).cpu() for chunk in x.split(INFERENCE_BATCH)])
 
     def explain(self, x: torch.Tensor, target: torch.Tensor | int, source: torch.Tensor | None = None) -> Result:
         x = check_images(x, "x")

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
 from ..errors import InputError
 from .base import CounterfactualMethod
@@ -89,7 +90,7 @@ class CVE(CounterfactualMethod):
         if digit not in self._pools:
             images = load_mnist("train", digits=(digit,))[0].to(self.device)
             with torch.inference_mode():
-                maps = torch.cat([self.classifier.features(c) for c in images.split(1000)])
+                maps = torch.cat([self.classifier.features(c) for c in images.split(INFERENCE_BATCH)])
                 keep = self.classifier.head(maps).argmax(1) == digit
             self._pools[digit] = images[keep], maps[keep]
         return self._pools[digit]

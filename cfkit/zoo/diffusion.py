@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .training import Needed, TrainConfig, batches
 
@@ -75,7 +76,7 @@ def fit_vae(model: LatentVAE, config: TrainConfig, _: Needed, max_steps: int | N
     model.eval()
     with torch.inference_mode():
         x = load_mnist("train")[0][:10_000]
-        latents = torch.cat([model.encode_moments(c)[0] for c in x.split(1000)])
+        latents = torch.cat([model.encode_moments(c)[0] for c in x.split(INFERENCE_BATCH)])
         model.scale.fill_(1.0 / latents.std().item())
     return step
 
@@ -84,7 +85,7 @@ def fit_vae(model: LatentVAE, config: TrainConfig, _: Needed, max_steps: int | N
 def vae_reconstruction_mse(model: LatentVAE, _: TrainConfig, __: Needed) -> float:
     """Mean squared error of the decoded latent mean on the MNIST test set."""
     x = load_mnist("test")[0]
-    return torch.cat([(model(c) - c).pow(2).flatten(1).mean(1) for c in x.split(1000)]).mean().item()
+    return torch.cat([(model(c) - c).pow(2).flatten(1).mean(1) for c in x.split(INFERENCE_BATCH)]).mean().item()
 
 
 # --- part two: the class-conditional denoiser --------------------------------------------------------------

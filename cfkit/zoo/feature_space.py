@@ -12,10 +12,10 @@ from torch import nn
 from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.image.kid import KernelInceptionDistance
 
+from ..batching import INFERENCE_BATCH
 from ..errors import InputError
 from ..validate import check_images
 
-BATCH = 1000
 
 
 class FeatureExtractor(nn.Module):
@@ -45,7 +45,7 @@ def embed(extractor: nn.Module, images: torch.Tensor, name: str = "images") -> t
     """Features of ``images`` in the extractor's space, in batches, without gradients."""
     images = check_images(images, name)
     with torch.inference_mode():
-        return torch.cat([extractor(chunk) for chunk in images.split(BATCH)])
+        return torch.cat([extractor(chunk) for chunk in images.split(INFERENCE_BATCH)])
 
 
 def _feed(metric: FrechetInceptionDistance | KernelInceptionDistance, fake: torch.Tensor, real: torch.Tensor) -> None:

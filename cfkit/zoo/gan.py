@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .losses import critic_loss, looks_real
 from .training import Needed, TrainConfig, batches, fit_loop
@@ -63,7 +64,7 @@ class DCGAN(nn.Module):
         """``n`` images from seeded N(0, I) latents."""
         z = torch.randn(n, self.generator.latent_dim, generator=torch.Generator().manual_seed(seed))
         with torch.inference_mode():
-            return torch.cat([self.generator(chunk) for chunk in z.split(1000)])
+            return torch.cat([self.generator(chunk) for chunk in z.split(INFERENCE_BATCH)])
 
 
 class Encoder(nn.Module):
@@ -131,4 +132,4 @@ def encoder_reconstruction_mse(model: Encoder, _: TrainConfig, needed: Needed) -
     """Mean squared error of G(E(x)) against x over the MNIST test set, G from ``needed["dcgan"]``."""
     generator = needed["dcgan"].generator
     x = load_mnist("test")[0]
-    return torch.cat([(generator(model(c)) - c).pow(2).flatten(1).mean(1) for c in x.split(1000)]).mean().item()
+    return torch.cat([(generator(model(c)) - c).pow(2).flatten(1).mean(1) for c in x.split(INFERENCE_BATCH)]).mean().item()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .checkpoints import get_spec, load, load_needs, names, pair_name, read_manifest
 
@@ -27,8 +28,8 @@ def measure_zoo() -> list[dict]:
 def agreement_on_test(first: torch.nn.Module, second: torch.nn.Module) -> float:
     """Share of MNIST test images on which two classifiers predict the same class."""
     x, _ = load_mnist("test")
-    a = torch.cat([first(c).argmax(1) for c in x.split(1000)])
-    b = torch.cat([second(c).argmax(1) for c in x.split(1000)])
+    a = torch.cat([first(c).argmax(1) for c in x.split(INFERENCE_BATCH)])
+    b = torch.cat([second(c).argmax(1) for c in x.split(INFERENCE_BATCH)])
     return (a == b).float().mean().item()
 
 
@@ -38,11 +39,11 @@ def generator_report() -> dict[str, float]:
     do the DCGAN's samples cover all ten?"""
     gan, encoder, classifier = load("dcgan"), load("encoder"), load("classifier")
     x, y = load_mnist("test")
-    recon = torch.cat([gan.generator(encoder(chunk)) for chunk in x.split(1000)])
-    sampled = torch.cat([classifier(chunk).argmax(1) for chunk in gan.sample(10_000).split(1000)])
+    recon = torch.cat([gan.generator(encoder(chunk)) for chunk in x.split(INFERENCE_BATCH)])
+    sampled = torch.cat([classifier(chunk).argmax(1) for chunk in gan.sample(10_000).split(INFERENCE_BATCH)])
     shares = torch.bincount(sampled, minlength=10).float() / len(sampled)
     vae = load("ldm_vae")
-    latent_recon = torch.cat([vae(chunk) for chunk in x.split(1000)])
+    latent_recon = torch.cat([vae(chunk) for chunk in x.split(INFERENCE_BATCH)])
 
     def accuracy(images: torch.Tensor) -> float:
         return (classifier(images).argmax(1) == y).float().mean().item()
@@ -88,7 +89,7 @@ def diffusion_samples(unet: torch.nn.Module | None = None, per_class: int = 100,
     classifier, features = load("classifier"), FeatureExtractor(load("features"))
     labels = torch.arange(10).repeat_interleave(per_class)
     images = vae.decode(sample_latents(unet, labels, steps, guidance, torch.Generator().manual_seed(seed)))
-    read = torch.cat([classifier(chunk).argmax(1) for chunk in images.split(1000)])
+    read = torch.cat([classifier(chunk).argmax(1) for chunk in images.split(INFERENCE_BATCH)])
     rows = []
     for digit in range(10):
         mine = labels == digit

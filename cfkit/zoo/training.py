@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
 
 
@@ -161,7 +162,7 @@ def accuracy_on_test(model: nn.Module, digits: tuple[int, ...] | None = None) ->
     """Share of MNIST test images the model classifies correctly."""
     model.eval()
     x, y = load_mnist("test", digits=digits)
-    predictions = torch.cat([model(chunk).argmax(1) for chunk in x.split(1000)])
+    predictions = torch.cat([model(chunk).argmax(1) for chunk in x.split(INFERENCE_BATCH)])
     return (predictions == y).float().mean().item()
 
 
@@ -170,7 +171,7 @@ def reconstruction_mse_on_test(model: nn.Module, digits: tuple[int, ...] | None 
     """Mean squared reconstruction error on the MNIST test images of ``digits``."""
     model.eval()
     x, _ = load_mnist("test", digits=digits)
-    errors = torch.cat([((model(chunk) - chunk) ** 2).flatten(1).mean(1) for chunk in x.split(1000)])
+    errors = torch.cat([((model(chunk) - chunk) ** 2).flatten(1).mean(1) for chunk in x.split(INFERENCE_BATCH)])
     return errors.mean().item()
 
 
