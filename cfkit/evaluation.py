@@ -25,6 +25,7 @@ from .scoring import evaluate_pair, mean_row
 from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from .validate import check_pair
 from .zoo import feature_space, inception as inception_space
+from .zoo.inception import INCEPTION_CFS
 
 
 def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
@@ -168,13 +169,15 @@ def score_set(path: str | Path, models: MetricModels, seed: int = 0, reuse: bool
 
 def evaluate_sets(paths: Iterable[str | Path], models: MetricModels | None = None, seed: int = 0,
                   reuse: bool = True, replicates: dict[tuple[str, str], dict] | None = None,
-                  inception: bool = True, classifier: torch.nn.Module | str = DEFAULT_CLASSIFIER) -> list[dict]:
+                  inception: bool = True, classifier: torch.nn.Module | str = DEFAULT_CLASSIFIER,
+                  inception_cfs: int = INCEPTION_CFS) -> list[dict]:
     """Score each saved set (see :func:`score_set` for ``reuse``); add a mean row per method, its intervals
     from the pairs' bootstrap replicates. Rows carry ``method`` and ``pair``; ``replicates``, when given,
     receives {(method, pair): {metric: replicates}} for every row (for :func:`compare_methods`).
     ``inception`` and ``classifier`` (with the default models): also score in Inception space when its extractor
-    can be had; the classifier the sets explain (validity and COUT are its; sets of another one are refused)."""
-    models = models or MetricModels.from_zoo(inception=inception, classifier=classifier)
+    can be had, on the first ``inception_cfs`` counterfactuals of each set (0: all); the classifier the sets
+    explain (validity and COUT are its; sets of another one are refused)."""
+    models = models or MetricModels.from_zoo(inception=inception, classifier=classifier, inception_cfs=inception_cfs)
     paths = list(paths)
     check_same_classifier(paths, fingerprint(models.classifier))
     by_method: dict[str, list[tuple[dict, dict]]] = {}

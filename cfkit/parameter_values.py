@@ -28,7 +28,7 @@ def notebook_configs() -> dict[str, type]:
 
 
 COUNTS = {"n_queries": 0, "ablation_queries": 0, "max_errors": 0, "cem_patience": 0, "seed": 0,
-          "n_images": 1, "per_error": 1, "show": 1, "samples_per_class": 2}
+          "n_images": 1, "per_error": 1, "show": 1, "samples_per_class": 2, "inception_cfs": 0}
 """Count parameters and their least value: 0 where the notebook gives 0 a meaning (all, skip, never); two
 samples a class, the fewest FID can score."""
 

@@ -120,7 +120,7 @@ def _evaluate_pair(x: torch.Tensor, x_cf: torch.Tensor, source: int, target: int
     _distances(embed(models.features, x_cf, "x_cf"), embed(models.features, reference, "reference"), "", seed,
                bootstrap.counts(indices), point, reps)
     if models.inception is not None:
-        n_inception = point["n_inception"] = min(n, models.inception_cfs)
+        n_inception = point["n_inception"] = min(n, models.inception_cfs or n)
         real, references = _inception_references(models.inception, int(target_ids[0]), models.inception_reference)
         _distances(models.inception.embed(x_cf[:n_inception]), real, "_inception", seed,
                    bootstrap.counts(bootstrap.resample_indices(n_inception, seed=seed)), point, reps, references)
