@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 # Notebooks `make reproduce` runs at once (each on cores/JOBS torch threads); JOBS=1 runs them one by one.
 JOBS ?= 2
+# pytest-xdist workers of `make test` (each on cores/TEST_JOBS torch threads, see tests/conftest.py); 0 runs in one process.
+TEST_JOBS ?= logical
 
 .PHONY: reproduce test lab data clean-venv
 
@@ -26,9 +28,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 reproduce: $(VENV)/.installed
 	$(BIN)/cfkit reproduce --jobs $(JOBS)
 
-## test: set up with the dev extras and run the test suite
+## test: set up with the dev extras, get MNIST once, run the test suite on TEST_JOBS pytest-xdist workers
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/cfkit data
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist worksteal
 
 ## lab: open JupyterLab on the notebook series
 lab: $(VENV)/.installed
