@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import resource
 import time
+from pathlib import Path
 
 import torch
 
@@ -88,6 +89,9 @@ def _significant(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
+REPRODUCE_HEADING = "## make reproduce"
+
+
 def reproduce_section() -> list[str]:
     path = RESULTS_DIR / REPRODUCE_RECORD
     if not path.is_file():
@@ -137,7 +141,15 @@ def main() -> None:
     parser.add_argument("--flop-queries", type=int, default=FLOP_QUERIES,
                         help="queries the FLOPs are counted on when the method ran for long (0: the whole pair)")
     parser.add_argument("--write", default=None, help="also write the report (Markdown) to this file")
+    parser.add_argument("--reproduce-only", action="store_true",
+                        help="keep the method rows of the --write file and renew only its make reproduce section")
     args = parser.parse_args()
+    if args.reproduce_only:
+        if not args.write:
+            parser.error("--reproduce-only renews the make reproduce section of the --write file: give --write")
+        kept = Path(args.write).read_text().split(REPRODUCE_HEADING)[0]
+        atomic_write_text(args.write, "\n".join([kept.rstrip("\n"), "", REPRODUCE_HEADING, "", *reproduce_section(), ""]))
+        return
     context = multiprocessing.get_context("spawn")
     rows = []
     for name in args.methods:
@@ -153,7 +165,7 @@ def main() -> None:
         f"## Counterfactuals per second on a full pair ({args.pair}, every test image of the query class)", "",
         "Each method in a fresh process after a two-image warm-up; peak RSS is the process's high-water mark "
         "(models, MNIST and the batch included).", "",
-        markdown(rows), "", *compute_section(args.flop_queries), "", "## make reproduce", "", *reproduce_section(), "",
+        markdown(rows), "", *compute_section(args.flop_queries), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
     ]
     print("\n".join(lines))
     if args.write:
