@@ -170,15 +170,21 @@ def test_cli_expands_pair_families() -> None:
 
 
 def test_fast_max_pooling_gives_torchs_values_and_gradients() -> None:
-    """MaxPool2x2 is nn.MaxPool2d(2): equal outputs without gradients (odd sizes included), torch's own op with."""
+    """MaxPool2x2 is nn.MaxPool2d(2): equal outputs and gradients to the bit, odd sizes, ReLU's zero ties and
+    positive ties included."""
     from cfkit.zoo.nets import MaxPool2x2
 
-    pool, x = MaxPool2x2(), torch.randn(3, 4, 9, 8).relu()
-    x[0, 0, 0, :2] = 5.0  # a positive tie
+    pool, x = MaxPool2x2(), torch.randn(3, 4, 9, 7).relu()
+    x[0, 0, 0, :2] = 5.0  # a positive tie across the top row of a window
+    x[0, 1, 2:4, 2:4] = 3.0  # a four-way tie
+    x[1, 2, 4, 0] = x[1, 2, 5, 0] = 2.0  # a tie down the left column
     with torch.inference_mode():
         assert torch.equal(pool(x), torch.nn.functional.max_pool2d(x, 2))
     ours, theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    pool(ours).sum().backward()
-    torch.nn.functional.max_pool2d(theirs, 2).sum().backward()
-    assert torch.equal(ours.grad, theirs.grad)
+    upstream = torch.randn(3, 4, 4, 3)
+    out = pool(ours)
+    assert torch.equal(out, torch.nn.functional.max_pool2d(theirs, 2))
+    out.backward(upstream)
+    torch.nn.functional.max_pool2d(theirs, 2).backward(upstream)
+    assert torch.equal(ours.grad, theirs.grad) and ours.grad[..., 8, :].abs().sum() == 0  # the dropped odd row
     assert isinstance(load("classifier").features[2], MaxPool2x2)
