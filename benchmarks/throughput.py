@@ -35,6 +35,7 @@ from cfkit.paths import RESULTS_DIR, atomic_write_text
 from cfkit.reproduce import REPRODUCE_RECORD, machine
 from cfkit.table import markdown
 from cfkit.zoo.checkpoints import load
+from cfkit.zoo.inception import INCEPTION_CFS, INCEPTION_REFERENCE, inception_extractor
 
 
 def benchmarked() -> list[str]:
@@ -90,6 +91,54 @@ def _significant(value: float, digits: int = 4) -> float:
 
 
 REPRODUCE_HEADING = "## make reproduce"
+FINDINGS_HEADING = "## Findings"
+"""A hand-written section (what the profiles showed, why a fraction stays low): kept as it is when the file is
+rewritten, because it explains measurements rather than being one."""
+INCEPTION_HEADING = "## Inception-v3: cost per image and the n a pair"
+INCEPTION_TIMED = 24
+"""Images the Inception cost is timed on (after a warm-up batch), one torch thread: a `make reproduce` lane's."""
+SCORED_SETS = 7
+"""Sets `make reproduce` feeds to Inception: the six methods' and Original Data's (10_metrics reuses the others)."""
+
+
+def inception_seconds_per_image(images: int = INCEPTION_TIMED) -> float | None:
+    """One torch thread's seconds per image of the kit's Inception extractor, None when it cannot be had."""
+    extractor, _ = inception_extractor()
+    if extractor is None:
+        return None
+    x = torch.rand(images, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch_threads(1):
+        extractor.embed(x[:4])
+        start = time.perf_counter()
+        extractor.embed(x)
+        return (time.perf_counter() - start) / images
+
+
+def inception_section(seconds_per_image: float | None) -> list[str]:
+    """What each Inception subsample size costs a full reproduction, from the measured cost per image."""
+    if seconds_per_image is None:
+        return ["The Inception extractor could not be had here: `cfkit data --inception`, then this script again."]
+    protocol = [len(protocol_queries(pair)[0]) for pair in parse_pairs("4->9,3->8,5->6")]
+    rows = []
+    for label, per_pair in [("100", [100] * 3), (f"{INCEPTION_CFS} (default)", [INCEPTION_CFS] * 3),
+                            ("300", [300] * 3), ("every counterfactual (`inception_cfs 0`)", protocol)]:
+        images = SCORED_SETS * sum(min(n, q) for n, q in zip(per_pair, protocol))
+        default = SCORED_SETS * sum(min(INCEPTION_CFS, q) for q in protocol)
+        rows.append({"n_a_pair": label, "images": images, "core_seconds": round(images * seconds_per_image),
+                     "wall_seconds_more_than_default_on_2_cores": round((images - default) * seconds_per_image / 2)})
+    reference = 3 * INCEPTION_REFERENCE
+    return [f"One 299×299 forward pass costs **{seconds_per_image:.3f} s an image** on one torch thread (a `make "
+            f"reproduce` lane's), timed here on {INCEPTION_TIMED} images in batches of 4. A reproduction feeds the "
+            f"first n counterfactuals of each pair of {SCORED_SETS} sets to it, plus {reference} real reference "
+            f"digits once (then cached on disk: {round(reference * seconds_per_image)} core-seconds on a cold "
+            "cache):", "", markdown(rows)]
+
+
+def kept_findings(path: str | None) -> list[str]:
+    """The hand-written findings section of the file being rewritten (empty when there is none)."""
+    if not path or not Path(path).is_file() or FINDINGS_HEADING not in Path(path).read_text():
+        return []
+    return [FINDINGS_HEADING + Path(path).read_text().split(FINDINGS_HEADING, 1)[1].rstrip("\n"), ""]
 
 
 def reproduce_section() -> list[str]:
@@ -148,7 +197,8 @@ def main() -> None:
         if not args.write:
             parser.error("--reproduce-only renews the make reproduce section of the --write file: give --write")
         kept = Path(args.write).read_text().split(REPRODUCE_HEADING)[0]
-        atomic_write_text(args.write, "\n".join([kept.rstrip("\n"), "", REPRODUCE_HEADING, "", *reproduce_section(), ""]))
+        atomic_write_text(args.write, "\n".join([kept.rstrip("\n"), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
+                                                 *kept_findings(args.write)]))
         return
     context = multiprocessing.get_context("spawn")
     rows = []
@@ -156,6 +206,8 @@ def main() -> None:
         with context.Pool(1) as pool:
             rows.append(pool.apply(measure, (name, args.pair), {"flop_queries": args.flop_queries}))
         print(rows[-1], flush=True)
+    with context.Pool(1) as pool:
+        inception_cost = pool.apply(inception_seconds_per_image)
     host = machine()
     lines = [
         "# Benchmarks", "",
@@ -165,7 +217,9 @@ def main() -> None:
         f"## Counterfactuals per second on a full pair ({args.pair}, every test image of the query class)", "",
         "Each method in a fresh process after a two-image warm-up; peak RSS is the process's high-water mark "
         "(models, MNIST and the batch included).", "",
-        markdown(rows), "", *compute_section(args.flop_queries), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
+        markdown(rows), "", *compute_section(args.flop_queries), "", INCEPTION_HEADING, "",
+        *inception_section(inception_cost), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
+        *kept_findings(args.write),
     ]
     print("\n".join(lines))
     if args.write:
