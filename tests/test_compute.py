@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from cfkit.compute import count_flops, flops_per_counterfactual, matmul_peak_gflops, torch_threads
+from cfkit.compute import (conv_peak_gflops, count_flops, flops_per_counterfactual, matmul_peak_gflops, peak_gflops,
+                           torch_threads)
 from cfkit.data import load_mnist
 from cfkit.methods import catalog
 from cfkit.methods.adversarial import AdversarialAttack, AttackConfig
@@ -102,3 +103,16 @@ def test_torch_threads_restores_the_count_after_an_error() -> None:
 def test_matmul_peak_refuses_an_empty_matrix() -> None:
     with pytest.raises(ValueError, match="size and repeats"):
         matmul_peak_gflops(size=0)
+    with pytest.raises(ValueError, match="channels, side, batch and repeats"):
+        conv_peak_gflops(channels=0)
+
+
+def test_the_peak_is_the_faster_of_matmul_and_convolution(monkeypatch) -> None:
+    """A quick real convolution rate, then the choice: the peak is never the slower kernel family's."""
+    rate = conv_peak_gflops(threads=1, channels=16, side=8, batch=2, repeats=2)
+    assert math.isfinite(rate) and rate > 0 and torch.get_num_threads() == 1
+    import cfkit.compute as compute
+
+    monkeypatch.setattr(compute, "matmul_peak_gflops", lambda threads=None: 217.0)
+    monkeypatch.setattr(compute, "conv_peak_gflops", lambda threads=None: 490.0)
+    assert peak_gflops() == {"matmul": 217.0, "conv": 490.0, "peak": 490.0}
