@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from cfkit.compute import flops_per_counterfactual, peak_gflops, torch_threads
-from cfkit.data import ensure_mnist
+from cfkit.data import PAIRS, ensure_mnist
 from cfkit.evaluation import parse_pairs, protocol_queries
 from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR, atomic_write_text
@@ -119,7 +119,7 @@ def inception_section(seconds_per_image: float | None) -> list[str]:
     """What each Inception subsample size costs a full reproduction, from the measured cost per image."""
     if seconds_per_image is None:
         return ["The Inception extractor could not be had here: `cfkit data --inception`, then this script again."]
-    protocol = [len(protocol_queries(pair)[0]) for pair in parse_pairs("4->9,3->8,5->6")]
+    protocol = [len(protocol_queries(pair)[0]) for pair in PAIRS]
     rows = []
     for label, per_pair in [("100", [100] * 3), (f"{INCEPTION_CFS} (default)", [INCEPTION_CFS] * 3),
                             ("300", [300] * 3), ("every counterfactual (`inception_cfs 0`)", protocol)]:
@@ -127,7 +127,7 @@ def inception_section(seconds_per_image: float | None) -> list[str]:
         default = SCORED_SETS * sum(min(INCEPTION_CFS, q) for q in protocol)
         rows.append({"n_a_pair": label, "images": images, "core_seconds": round(images * seconds_per_image),
                      "wall_seconds_more_than_default_on_2_cores": round((images - default) * seconds_per_image / 2)})
-    reference = 3 * INCEPTION_REFERENCE
+    reference = len({target for _, target in PAIRS}) * INCEPTION_REFERENCE
     return [f"One 299×299 forward pass costs **{seconds_per_image:.3f} s an image** on one torch thread (a `make "
             f"reproduce` lane's), timed here on {INCEPTION_TIMED} images in batches of 4. A reproduction feeds the "
             f"first n counterfactuals of each pair of {SCORED_SETS} sets to it, plus {reference} real reference "
@@ -137,9 +137,10 @@ def inception_section(seconds_per_image: float | None) -> list[str]:
 
 def kept_findings(path: str | None) -> list[str]:
     """The hand-written findings section of the file being rewritten (empty when there is none)."""
-    if not path or not Path(path).is_file() or FINDINGS_HEADING not in Path(path).read_text():
+    text = Path(path).read_text() if path and Path(path).is_file() else ""
+    if FINDINGS_HEADING not in text:
         return []
-    return [FINDINGS_HEADING + Path(path).read_text().split(FINDINGS_HEADING, 1)[1].rstrip("\n"), ""]
+    return [FINDINGS_HEADING + text.split(FINDINGS_HEADING, 1)[1].rstrip("\n"), ""]
 
 
 def reproduce_section() -> list[str]:

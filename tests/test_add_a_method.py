@@ -7,7 +7,6 @@ The README holds the example in a ```python fence right after the line ``<!-- ad
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 import re
@@ -26,10 +25,10 @@ from cfkit.methods import catalog
 from cfkit.methods.base import CounterfactualMethod
 from cfkit.zoo.checkpoints import load
 
+from benchmark_script import benchmark_script
 from method_contract import (BAD_INPUTS, check_bad_input, check_explain_contract, check_refuses_the_query_class,
                              contract_queries)
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
 README = Path(os.environ.get("CFKIT_README") or Path(__file__).resolve().parents[1] / "README.md")
 MARKER = "<!-- add-a-method example -->"
 
@@ -41,14 +40,6 @@ def readme_example() -> str:
         pytest.fail(f"{README.name} lacks the add-a-method example block: a ```python fence right after "
                     f"the line {MARKER} ({README})")
     return found.group(1)
-
-
-def _benchmark_script() -> types.ModuleType:
-    """benchmarks/throughput.py, imported from its file (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("throughput", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -138,7 +129,7 @@ def test_one_catalog_entry_is_all_it_takes(example, method, tmp_path) -> None:
         rows = evaluation.evaluate_sets(paths, inception=False)
         csv_path, md_path, _ = table.write_table(rows, tmp_path)
         figure = plots.table_figure(rows)
-        benchmark = _benchmark_script().measure(method.name, "4->9", n_queries=8)
+        benchmark = benchmark_script().measure(method.name, "4->9", n_queries=8)
     pairs = [pair_name(p) for p in PAIRS] + ["mean"]
     assert [(r["method"], r["pair"]) for r in rows] == [(method.name, pair) for pair in pairs]
     for row in rows:

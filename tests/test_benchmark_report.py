@@ -1,21 +1,11 @@
 """results/benchmark.md's derived sections: the Inception cost of each subsample size and the kept findings."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("throughput_report", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_script import benchmark_script
 
 
 def test_inception_costs_scale_with_the_images_of_seven_sets() -> None:
-    script = _script()
+    script = benchmark_script()
     table = "\n".join(script.inception_section(0.1))
     cells = [line.strip("| ").split(" | ") for line in table.splitlines() if line.startswith("| ")]
     rows = {row[0]: row[1:] for row in cells[1:]}
@@ -30,7 +20,7 @@ def test_inception_costs_scale_with_the_images_of_seven_sets() -> None:
 
 
 def test_rewriting_keeps_the_hand_written_findings(tmp_path) -> None:
-    script = _script()
+    script = benchmark_script()
     report = tmp_path / "benchmark.md"
     assert script.kept_findings(str(report)) == []
     report.write_text("# Benchmarks\n\n## make reproduce\n\nold\n\n## Findings\n\nCEM is held down by pooling.\n")

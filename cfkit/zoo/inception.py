@@ -37,12 +37,13 @@ INPUT_SIZE = 299
 NUM_FEATURES = 2048
 INCEPTION_CFS = 200
 """Counterfactuals per set fed to Inception: the first ones, i.e. the same queries for every method. 200 keeps
-`make reproduce` inside 15 minutes on 2 cores (300 would add about 6 minutes: results/benchmark.md)."""
+`make reproduce` inside 15 minutes on 2 cores with room to spare (772 s); 300 would add about 105 s of wall time
+on the same machine, too close to the limit (results/benchmark.md measures each n's cost)."""
 INCEPTION_REFERENCE = 500
 """Real test digits of the target class on the reference side (their features are cached on disk)."""
 BATCH = 4
 """Images per Inception forward pass: 299×299 activations of a few images stay in cache. Measured on one thread
-(2026-12-06, channels-last): 95 ms an image at 4, 100 at 1, 97 at 8; a batch of 50 was 1.4x slower than 4."""
+(2026-12-06, channels-last): 95 ms an image at 4, 100 at 1, 97 at 8; a batch of 50 was 1.4x slower than 4 (2 threads, 2026-12-05: 153 ms against 106)."""
 
 
 def inception_dir(root: str | Path | None = None) -> Path:

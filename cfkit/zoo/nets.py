@@ -16,6 +16,11 @@ def _quarters(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x[..., 0::2, 0::2], x[..., 0::2, 1::2], x[..., 1::2, 0::2], x[..., 1::2, 1::2]
 
 
+def _window_max(quarters: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The elementwise maximum of the four quarters: each window's max, exactly."""
+    return torch.maximum(torch.maximum(quarters[0], quarters[1]), torch.maximum(quarters[2], quarters[3]))
+
+
 class _MaxPool2x2WithGradient(torch.autograd.Function):
     """2×2 max-pooling whose backward sends each window's gradient to the first of its maxima in scan order, as
     torch's max_pool2d does, from four boolean masks instead of torch's argmax indices (2.6× faster forward and
@@ -24,7 +29,7 @@ class _MaxPool2x2WithGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         quarters = _quarters(x)
-        top = torch.maximum(torch.maximum(quarters[0], quarters[1]), torch.maximum(quarters[2], quarters[3]))
+        top = _window_max(quarters)
         taken = torch.zeros_like(top, dtype=torch.bool)
         winners = []
         for quarter in quarters[:3]:
@@ -61,8 +66,7 @@ class MaxPool2x2(nn.MaxPool2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
             return _MaxPool2x2WithGradient.apply(x)
-        quarters = _quarters(x)
-        return torch.maximum(torch.maximum(quarters[0], quarters[1]), torch.maximum(quarters[2], quarters[3]))
+        return _window_max(_quarters(x))
 
 
 class Classifier(nn.Module):
