@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import re
 import resource
 import time
 from pathlib import Path
@@ -95,6 +96,10 @@ REPRODUCE_HEADING = "## make reproduce"
 FINDINGS_HEADING = "## Findings"
 """A hand-written section (what the profiles showed, why a fraction stays low): kept as it is when the file is
 rewritten, because it explains measurements rather than being one."""
+EXPLORER_HEADING = "## Time to explorer"
+"""Written by ``benchmarks/time_to_explorer.py``: kept as it is when this script rewrites the file."""
+APP_HEADING = "## App: single-query latency"
+"""Written by ``benchmarks/app_latency.py``: kept as it is when this script rewrites the file."""
 INCEPTION_HEADING = "## Inception-v3: cost per image and the n a pair"
 INCEPTION_TIMED = 24
 """Images the Inception cost is timed on (after a warm-up batch), one torch thread: a `make reproduce` lane's."""
@@ -141,6 +146,36 @@ def kept_findings(path: str | None) -> list[str]:
     if FINDINGS_HEADING not in text:
         return []
     return [FINDINGS_HEADING + text.split(FINDINGS_HEADING, 1)[1].rstrip("\n"), ""]
+
+
+def _sections(text: str) -> list[str]:
+    """``text`` cut before each ``## `` heading: the preamble, then one piece a section (its trailing blank lines
+    included)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def kept_section(path: str | None, heading: str) -> list[str]:
+    """The section ``heading`` of the file at ``path`` up to the next ``## `` heading (empty when there is none)."""
+    text = Path(path).read_text() if path and Path(path).is_file() else ""
+    found = [piece for piece in _sections(text) if piece.splitlines()[:1] == [heading]]
+    return [found[0].rstrip("\n"), ""] if found else []
+
+
+def replace_section(text: str, heading: str, lines: list[str]) -> str:
+    """``text`` with its section ``heading`` (up to the next ``## `` heading) replaced by ``heading`` and ``lines``;
+    a section it lacks goes before the hand-written findings, else at the end. The other sections stay as they
+    are."""
+    block = "\n".join([heading, "", *lines]).rstrip("\n") + "\n\n"
+    pieces = _sections(text)
+    at = next((i for i, piece in enumerate(pieces) if piece.splitlines()[:1] == [heading]), None)
+    if at is not None:
+        pieces[at] = block
+    else:
+        at = next((i for i, piece in enumerate(pieces) if piece.startswith(FINDINGS_HEADING)), len(pieces))
+        if at and pieces[at - 1].strip():
+            pieces[at - 1] = pieces[at - 1].rstrip("\n") + "\n\n"
+        pieces.insert(at, block)
+    return "".join(pieces).rstrip("\n") + "\n"
 
 
 def reproduce_section() -> list[str]:
@@ -201,9 +236,8 @@ def main() -> None:
     if args.reproduce_only:
         if not args.write:
             parser.error("--reproduce-only renews the make reproduce section of the --write file: give --write")
-        kept = Path(args.write).read_text().split(REPRODUCE_HEADING)[0]
-        atomic_write_text(args.write, "\n".join([kept.rstrip("\n"), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
-                                                 *kept_findings(args.write)]))
+        atomic_write_text(args.write, replace_section(Path(args.write).read_text(), REPRODUCE_HEADING,
+                                                      reproduce_section()))
         return
     context = multiprocessing.get_context("spawn")
     rows = []
@@ -224,6 +258,7 @@ def main() -> None:
         "(models, MNIST and the batch included).", "",
         markdown(rows), "", *compute_section(args.flop_queries), "", INCEPTION_HEADING, "",
         *inception_section(inception_cost), "", REPRODUCE_HEADING, "", *reproduce_section(), "",
+        *kept_section(args.write, EXPLORER_HEADING), *kept_section(args.write, APP_HEADING),
         *kept_findings(args.write),
     ]
     print("\n".join(lines))

@@ -17,6 +17,7 @@ from . import bootstrap, columns, metrics, scoring
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
 from .data import PAIRS, load_mnist, pair_name, sha256_file
 from .errors import InputError
+from .methods import catalog
 from .methods.base import CounterfactualMethod, Result
 from .methods.original import OriginalData
 from .metrics import MetricModels
@@ -252,6 +253,21 @@ def evaluate_runs(runs_dir: str | Path, models: MetricModels | None = None, seed
     """:func:`evaluate_sets` over every set found under ``runs_dir``."""
     return evaluate_sets(find_counterfactuals(runs_dir), models=models, seed=seed, reuse=reuse,
                          replicates=replicates)
+
+
+def missing_note(rows: list[dict], runs_dir: str | Path) -> str | None:
+    """What to run for the catalog's methods that have no row yet (a fresh clone, or only some notebooks run):
+    their notebooks, then this one again, or ``make reproduce`` for all at the full protocol; None when none is
+    missing."""
+    present = {row["method"] for row in rows}
+    missing = [(entry.label, entry.notebook) for entry in catalog.entries()
+               if entry.name not in present and not entry.reference]
+    if not missing:
+        return None
+    notebooks = list(dict.fromkeys(notebook for _, notebook in missing if notebook))
+    return (f"No counterfactual sets under {runs_dir} yet for {', '.join(label for label, _ in missing)}. Run "
+            f"{', '.join(f'{nb}.ipynb' for nb in notebooks)} (each reaches its explorer in seconds at its defaults; "
+            "or `cfkit run NOTEBOOK`), then this notebook again; `make reproduce` runs them all at the full protocol.")
 
 
 def gallery(runs_dir: str | Path, per_pair: int = 2) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import NotebookFailedError
 from .paths import NOTEBOOK_DIR, atomic_write_json
-from .run import child_command, notebook_parameters, read_record, reproducible
+from .run import child_command, literal_defaults, notebook_parameters, read_record, reproducible
 from .threads import cores, thread_limits
 
 EXPECTED_DIR = NOTEBOOK_DIR / "expected"
@@ -88,8 +88,18 @@ def write_expected(name: str, parameters: dict[str, Any], rel: float = 1e-3, abs
                    directory: str | Path | None = None, rel_without_interval: float | None = None) -> Path:
     """Measure and store ``notebooks/expected/<name>.json``: the reference run's numbers, their spread across
     ``threads`` (beside the reference on every core: 1, 2 and 4 on the 2-core machine) and seed offsets, and each
-    one's tolerance. Use after a deliberate change (a retrained model, a new metric); the runs go two at a time."""
-    seeded = "seed" in notebook_parameters(name)
+    one's tolerance. Use after a deliberate change (a retrained model, a new metric); the runs go two at a time.
+
+    The stored parameters pin every size the protocol sets (:data:`cfkit.reproduce.PROTOCOL`) at the value this
+    run used, the notebook's current default where not given: a later change of an interactive default leaves the
+    tests' run the same."""
+    from .reproduce import PROTOCOL  # lazy: the reproduction imports the zoo and torch
+
+    spec = notebook_parameters(name)
+    defaults = literal_defaults(spec)
+    pinned = {key: defaults[key] for key in PROTOCOL.get(Path(name).stem, {}) if key in defaults}
+    parameters = {**pinned, **parameters}
+    seeded = "seed" in spec
     seed = parameters.get("seed", 0)
     plan = [(parameters, None)] + [(parameters, t) for t in threads]
     plan += [({**parameters, "seed": seed + offset}, None) for offset in seed_offsets if seeded]

@@ -1,5 +1,9 @@
 """The whole reproduction: every notebook at full size, the results files, and the timings with the machine
-they were measured on (``cfkit reproduce``, ``make reproduce``)."""
+they were measured on (``cfkit reproduce``, ``make reproduce``).
+
+A notebook's own defaults are a small interactive size, so that a person who opens it and runs all reaches its
+explorer in seconds; the full protocol's sizes live in one place, :data:`PROTOCOL`, which the reproduction (and
+``cfkit run NOTEBOOK --protocol``) passes on top of them."""
 from __future__ import annotations
 
 import json
@@ -21,10 +25,10 @@ from .classifiers import load_classifier
 from .data import PAIRS, ensure_mnist
 from .errors import NotebookFailedError, ParameterError
 from .methods import catalog
-from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
+from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_json
 from .profiling import notebook_profile
 from .report import collect_table
-from .run import RECORD_FILE, child_command, notebook_parameters, read_record, run_notebook
+from .run import RECORD_FILE, child_command, literal_defaults, notebook_parameters, read_record, run_notebook
 from .scoring import inception_references
 from .threads import SHARE_VAR, cores, thread_limits, threads_per_job, write_share
 from .zoo.checkpoints import load, names
@@ -44,6 +48,45 @@ def method_notebooks() -> list[str]:
 def reproduce_order() -> list[str]:
     """Notebooks ``make reproduce`` runs, in order: method notebooks before ``10_metrics``, which scores their sets."""
     return [*BEFORE, *method_notebooks(), SCORING_NOTEBOOK, *AFTER]
+
+
+_METHOD_PROTOCOL = {"n_queries": 0, "inception": True}
+PROTOCOL: dict[str, dict[str, Any]] = {
+    "00_models": {"check_zoo": True},
+    "01_adversarial": dict(_METHOD_PROTOCOL),
+    "02_cem": dict(_METHOD_PROTOCOL),
+    "03_cve": dict(_METHOD_PROTOCOL),
+    "04_expgan": dict(_METHOD_PROTOCOL),
+    "05_c3lt": dict(_METHOD_PROTOCOL),
+    "06_ldce": {**_METHOD_PROTOCOL, "ablation_queries": 50, "samples_per_class": 100},
+    "10_metrics": dict(_METHOD_PROTOCOL),
+    "11_ldce_error_analysis": {"max_errors": 0},
+}
+"""The full protocol: for each notebook, the parameters whose values differ from its interactive defaults.
+
+The notebooks' ``parameters`` cells default to a size that reaches the explorer in seconds (20 queries a pair,
+no Inception-space FID, LDCE's ablation off, 10 diffusion samples a class, 12 of the classifier's errors, the
+zoo's manifest figures not re-measured); here are the values of the protocol: every test image of the query class
+(``n_queries`` 0), Inception-space FID/KID, LDCE's ablation on 50 validation digits a pair and its model check on
+100 samples a class, every misclassified test digit, every model re-measured. :func:`reproduce` and
+``cfkit run NOTEBOOK --protocol`` start from these (:func:`protocol_parameters`); values given to them win. A
+notebook not listed (a plugin's) runs at its own defaults."""
+
+
+def protocol_parameters(notebook: str | Path, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``notebook``'s parameters at the full protocol (:data:`PROTOCOL`) with ``given`` over them."""
+    return {**PROTOCOL.get(Path(notebook).stem, {}), **(given or {})}
+
+
+def runs_inception(notebook: str, parameters: dict[str, Any]) -> bool:
+    """Whether ``notebook`` with ``parameters`` (over its defaults) scores Inception-space FID/KID."""
+    spec = notebook_parameters(notebook)
+    return "inception" in spec and bool(parameters.get("inception", literal_defaults(spec).get("inception")))
+
+
+EXECUTED_DIR = "notebooks"
+"""In results/: each notebook as the last reproduction executed it (``<notebook>.ipynb``), to read the findings
+without running anything (the docs gallery renders them)."""
 
 
 def reproduce_needs() -> dict[str, list[str]]:
@@ -164,8 +207,9 @@ def reproduce(
     log: Any = None, jobs: int = 1, classifier: str | None = None, classifier_state: str | None = None,
 ) -> str:
     """Get MNIST, check the zoo loads, run the notebooks (:func:`reproduce_order` unless ``notebooks`` names
-    some; at full size unless ``parameters`` gives a notebook other values), write the table, its figures and the
-    timings; return the table.
+    some; at the full protocol, :data:`PROTOCOL`, unless ``parameters`` gives a notebook other values, which win),
+    write the table, its figures, the timings and a copy of each executed notebook
+    (``results/notebooks/<notebook>.ipynb``); return the table.
 
     ``classifier`` (and its ``classifier_state``) explains another classifier than the zoo's
     (:func:`cfkit.classifiers.load_classifier`): every notebook with a ``classifier`` parameter gets it, the
@@ -181,11 +225,11 @@ def reproduce(
         raise ParameterError(f"jobs must be an int >= 1 (notebooks run at once), got {jobs!r}.")
     log = log or sys.stderr
     runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
-    notebooks, parameters = list(reproduce_order() if notebooks is None else notebooks), dict(parameters or {})
-    full_size = not parameters and classifier is None  # every notebook at its defaults, for the zoo classifier
+    notebooks, given = list(reproduce_order() if notebooks is None else notebooks), dict(parameters or {})
+    full_size = not given and classifier is None  # every notebook at the protocol, for the zoo classifier
     if classifier is not None:
-        notebooks, parameters = _for_classifier(notebooks, parameters, classifier, classifier_state, runs_dir,
-                                                results_dir, log)
+        notebooks, given = _for_classifier(notebooks, given, classifier, classifier_state, runs_dir, results_dir, log)
+    parameters = {nb: protocol_parameters(nb, given.get(nb)) for nb in notebooks}
     needs = reproduce_needs()
     for notebook in needs:  # the scoring notebook reads the sets where this reproduction writes them
         if notebook in notebooks:
@@ -200,7 +244,7 @@ def reproduce(
     for model in names():
         load(model)
     say(f"MNIST and {len(names())} zoo checkpoints verified; {len(notebooks)} notebooks, {jobs} at a time")
-    if any(parameters.get(nb, {}).get("inception", True) for nb in notebooks):
+    if any(runs_inception(nb, parameters[nb]) for nb in notebooks):
         extractor, reason = inception_extractor()  # fetched once here, not by two notebooks at once
         if extractor is None:
             say(f"no Inception-space FID/KID: {reason}")
@@ -225,6 +269,8 @@ def reproduce(
                 _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook], share)
         seconds[notebook] = round(time.perf_counter() - began, 1)
         profile[notebook] = _profile(notebook, out_dir, seconds[notebook])
+        executed = out_dir / f"{notebook}.ipynb"  # papermill's output, copied for reading without running
+        atomic_write_bytes(results_dir / EXECUTED_DIR / executed.name, executed.read_bytes())
         say(f"{notebook} done in {seconds[notebook]:.0f} s")
 
     pending = list(_launch_order(notebooks, results_dir) if jobs > 1 else notebooks)

@@ -54,7 +54,7 @@ def notebook_parameters(name: str | Path) -> dict[str, dict[str, Any]]:
 def check_parameters(name: str | Path, values: dict[str, Any]) -> dict[str, Any]:
     """Refuse unknown names and values whose type differs from the default's (an int is a fine float)."""
     spec, notebook = notebook_parameters(name), Path(str(name)).stem
-    defaults = _literal_defaults(spec)
+    defaults = literal_defaults(spec)
     for key, value in values.items():
         if key not in spec:
             raise ParameterError(f"{notebook} has no parameter {key!r}; its parameters are {', '.join(spec)}.")
@@ -73,7 +73,7 @@ def check_parameters(name: str | Path, values: dict[str, Any]) -> dict[str, Any]
     return values
 
 
-def _literal_defaults(spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def literal_defaults(spec: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The parameters' defaults that are Python literals (one that is an expression is left out)."""
     defaults = {}
     for key, entry in spec.items():
@@ -123,7 +123,7 @@ def run_notebook(
     if "interactive" in spec:
         parameters.setdefault("interactive", False)
     check_parameters(path, parameters)
-    check_values(path.stem, {**_literal_defaults(spec), **parameters})
+    check_values(path.stem, {**literal_defaults(spec), **parameters})
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / path.name
     papermill.execute_notebook(

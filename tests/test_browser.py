@@ -1,7 +1,8 @@
 """The JupyterLab experience in a real browser: 06_ldce runs and its explorer sliders redraw the counterfactual.
 
 Debian's Chromium driven by playwright (``playwright install`` is not needed). JupyterLab serves a copy of
-the notebook with small parameters from the test's folder; the test runs all cells from the Run menu,
+the notebook at its own defaults (the small interactive size a person gets; only ``out_dir`` points into the test's
+folder) from the test's folder; the test runs all cells from the Run menu,
 moves the target-class and guidance-scale sliders with the keyboard and checks that each move changes the
 readout and redraws the figure with a different counterfactual (the pixels of its panel, not just the note).
 Screenshots, the figures as drawn and the server's log (jupyter/lab.log) stay in the test's folder.
@@ -25,15 +26,15 @@ from browser_support import LabServer, require_browser
 from cfkit.run import check_parameters, notebook_path
 
 NOTEBOOK = "06_ldce"
-# One pair and a handful of images: every section of the notebook runs, in under a minute on 2 idle cores.
-PARAMETERS = {"pairs": "4->9", "n_queries": 2, "ablation_queries": 0, "samples_per_class": 2, "inception": False,
-              "interactive": True}
+# The notebook's own defaults, as a person opening it gets them (issue 27: the explorer within seconds); no sizes.
+PARAMETERS = {"interactive": True}
 RUN_TIMEOUT_MS = 480_000  # running every cell on a busy 2-core machine
 REDRAW_TIMEOUT_S = 180  # one LDCE counterfactual plus a figure
 
 
-def write_small_notebook(folder: Path, out_dir: Path) -> Path:
-    """A copy of the notebook with the parameters injected after its parameters cell, as papermill does."""
+def write_notebook_copy(folder: Path, out_dir: Path) -> Path:
+    """A copy of the notebook with ``out_dir`` (and ``interactive``) injected after its parameters cell, as papermill
+    does: its sizes stay the defaults."""
     parameters = {**PARAMETERS, "out_dir": str(out_dir)}
     check_parameters(NOTEBOOK, parameters)
     notebook = parameterize_notebook(load_notebook_node(str(notebook_path(NOTEBOOK))), parameters)
@@ -136,7 +137,7 @@ def assert_counterfactual_changed(before: str, after: str, what: str) -> None:
 def test_ldce_explorer_sliders_redraw_the_counterfactual(browser_path: str, lab: LabServer, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    write_small_notebook(lab.root_dir, tmp_path / "out")
+    write_notebook_copy(lab.root_dir, tmp_path / "out")
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as playwright:

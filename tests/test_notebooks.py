@@ -49,6 +49,10 @@ def test_reproduce_at_small_size_prints_progress_and_writes_every_result(tmp_pat
     assert "| Adv. Attack | mean | 60 |" in table and "missing: run `cfkit run 02_cem`" in table
     for name in ("table.csv", "table.md", "table.png", "counterfactuals.png", "reproduce.json", "comparisons.csv"):
         assert (results / name).is_file(), name
+    for notebook in ("01_adversarial", "10_metrics"):  # each executed notebook copied, for reading without running
+        copy = results / "notebooks" / f"{notebook}.ipynb"
+        assert copy.read_bytes() == (runs / notebook / f"{notebook}.ipynb").read_bytes(), notebook
+    assert sorted(p.name for p in (results / "notebooks").iterdir()) == ["01_adversarial.ipynb", "10_metrics.ipynb"]
     executed = (runs / "10_metrics" / "10_metrics.ipynb").read_text()
     # CI size: 20 attack and 40 Original Data queries a pair; the notebook says its FIDs do not compare
     assert "UNEQUAL n" in executed and "not comparable with the full-size table" in executed

@@ -1,0 +1,119 @@
+"""Notebooks default to a small interactive size; the full protocol's sizes come from one place,
+``cfkit.reproduce.PROTOCOL``, which ``cfkit reproduce`` and ``cfkit run --protocol`` pass on top of them."""
+from __future__ import annotations
+
+import json
+
+import papermill
+import pytest
+
+from cfkit import cli, expected, reproduce
+from cfkit.expected import EXPECTED_DIR
+from cfkit.parameter_values import check_values
+from cfkit.run import check_parameters, literal_defaults, notebook_parameters
+
+EMPTY_NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.mark.parametrize("notebook", sorted(reproduce.PROTOCOL))
+def test_the_plan_names_real_parameters_that_differ_from_the_interactive_defaults(notebook: str) -> None:
+    plan = reproduce.PROTOCOL[notebook]
+    defaults = literal_defaults(notebook_parameters(notebook))
+    check_parameters(notebook, plan)
+    check_values(notebook, {**defaults, **plan})
+    assert {key: defaults[key] for key in plan} != plan, "the protocol repeats the defaults"
+    assert all(defaults[key] != value for key, value in plan.items()), plan
+
+
+def test_every_notebook_of_the_reproduction_has_a_plan_and_given_values_win() -> None:
+    assert set(reproduce.reproduce_order()) <= set(reproduce.PROTOCOL)
+    merged = reproduce.protocol_parameters("06_ldce", {"n_queries": 4})
+    assert merged["n_queries"] == 4 and merged["ablation_queries"] == 50 and merged["inception"] is True
+    assert reproduce.protocol_parameters("notebooks/12_faithfulness.ipynb") == {}
+
+
+@pytest.mark.parametrize("path", sorted(EXPECTED_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_recorded_numbers_pin_every_size_the_protocol_sets(path) -> None:
+    """A test run stays the same run whatever the interactive defaults become."""
+    pinned = json.loads(path.read_text())["parameters"]
+    assert set(reproduce.PROTOCOL.get(path.stem, {})) <= set(pinned), path.stem
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """reproduce() without kernels, checkpoints or Inception: each notebook 'runs' by writing an empty executed
+    notebook; returns the (notebook, parameters) calls."""
+    calls = []
+
+    def run(name, parameters, out_dir):
+        calls.append((name, dict(parameters or {})))
+        (out_dir / f"{name}.ipynb").write_text(json.dumps({**EMPTY_NOTEBOOK, "metadata": {"ran": name}}))
+
+    monkeypatch.setattr(reproduce, "run_notebook", run)
+    monkeypatch.setattr(reproduce, "ensure_mnist", lambda: None)
+    monkeypatch.setattr(reproduce, "names", lambda: [])
+    monkeypatch.setattr(reproduce, "inception_extractor", lambda: (None, "not in this test"))
+    monkeypatch.setattr(reproduce, "collect_table", lambda runs, results_dir: "the table")
+    return calls
+
+
+def test_reproduce_runs_the_protocol_with_given_values_over_it_and_copies_each_executed_notebook(fake_runs, tmp_path):
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    reproduce.reproduce(runs_dir=runs, results_dir=results, notebooks=("06_ldce", "11_ldce_error_analysis"),
+                        parameters={"06_ldce": {"n_queries": 3}})
+    assert fake_runs == [("06_ldce", {**reproduce.PROTOCOL["06_ldce"], "n_queries": 3}),
+                         ("11_ldce_error_analysis", reproduce.PROTOCOL["11_ldce_error_analysis"])]
+    for notebook in ("06_ldce", "11_ldce_error_analysis"):
+        assert json.loads((results / "notebooks" / f"{notebook}.ipynb").read_text())["metadata"] == {"ran": notebook}
+    assert json.loads((results / "reproduce.json").read_text())["full_size"] is False
+
+    fake_runs.clear()
+    reproduce.reproduce(runs_dir=runs, results_dir=results, notebooks=("00_models",))
+    assert fake_runs == [("00_models", {"check_zoo": True})]
+    assert json.loads((results / "reproduce.json").read_text())["full_size"] is True
+
+
+def test_cfkit_run_protocol_starts_from_the_plan(monkeypatch, tmp_path) -> None:
+    given = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda path, output, parameters, **kw: given.append(parameters))
+    assert cli.main(["run", "06_ldce", "--protocol", "-p", "n_queries", "5", "--out", str(tmp_path)]) == 0
+    assert cli.main(["run", "06_ldce", "--out", str(tmp_path)]) == 0
+    assert given[0] == {**reproduce.PROTOCOL["06_ldce"], "n_queries": 5, "out_dir": str(tmp_path.resolve()),
+                        "interactive": False}
+    assert given[1] == {"out_dir": str(tmp_path.resolve()), "interactive": False}  # the interactive defaults
+
+
+def test_write_expected_pins_the_sizes_it_ran_at(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(expected, "_run", lambda name, parameters, threads, folder: {"x/mean/im1": 1.0})
+    path = expected.write_expected("06_ldce", {"n_queries": 8}, threads=(), seed_offsets=(), directory=tmp_path)
+    defaults = literal_defaults(notebook_parameters("06_ldce"))
+    assert json.loads(path.read_text())["parameters"] == {
+        **{key: defaults[key] for key in reproduce.PROTOCOL["06_ldce"]}, "n_queries": 8}
+
+
+def test_cfkit_sweep_protocol_fixes_the_plan_under_the_swept_and_set_values(monkeypatch) -> None:
+    import cfkit.sweep
+
+    class Done:
+        def summary(self) -> str:
+            return ""
+
+        def check(self) -> None:
+            pass
+
+    calls = []
+    monkeypatch.setattr(cfkit.sweep, "run_sweep", lambda notebook, swept, fixed, **kw: calls.append((swept, fixed)) or Done())
+    assert cli.main(["sweep", "06_ldce", "-p", "n_queries", "5", "10", "--set", "pairs", "4->9", "--protocol"]) == 0
+    assert calls == [({"n_queries": [5, 10]}, {"inception": True, "ablation_queries": 50, "samples_per_class": 100,
+                                               "pairs": "4->9"})]
+
+
+def test_the_metrics_notebook_names_the_notebooks_still_to_run() -> None:
+    """10_metrics on a fresh clone (only its own Original Data) or after some method notebooks."""
+    from cfkit.evaluation import missing_note
+
+    note = missing_note([{"method": "original_data"}, {"method": "adv_attack"}], "../runs")
+    assert "CEM, CVE, ExpGAN, C3LT, LDCE" in note and "02_cem.ipynb" in note and "01_adversarial" not in note
+    assert "make reproduce" in note
+    everything = ["original_data", "adv_attack", "cem", "cve", "expgan", "c3lt", "ldce"]
+    assert missing_note([{"method": m} for m in everything], "../runs") is None
