@@ -201,6 +201,15 @@ class VoilaServer(JupyterServer):
         self.notebook = Path(notebook).resolve()
         super().__init__(self.notebook.parent, home, startup_timeout, port)
 
+    def environment(self) -> dict[str, str]:
+        """As a Jupyter server's, and a ``jupyter`` folder beside the notebook (its Voilà templates: the app's works
+        offline) first on JUPYTER_PATH; Voilà reads ``voila.json`` there too, as it starts in that folder."""
+        env = super().environment()
+        carried = self.notebook.parent / "jupyter"
+        if carried.is_dir():
+            env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(carried), env.get("JUPYTER_PATH")]))
+        return env
+
     def command(self) -> list[str]:
         return [sys.executable, "-m", "voila", str(self.notebook), "--no-browser", "--Voila.ip=127.0.0.1",
                 f"--port={self.port}", "--Voila.port_retries=0", f"--token={self.token}"]
