@@ -1,5 +1,5 @@
-"""The ``cfkit`` command: ``data``, ``train``, ``calibrate``, ``faithfulness``, ``run``, ``table``, ``sweep`` and
-``reproduce``."""
+"""The ``cfkit`` command: ``data``, ``train``, ``calibrate``, ``faithfulness``, ``run``, ``table``, ``sweep``,
+``reproduce``, ``docs`` and ``app``."""
 from __future__ import annotations
 
 import argparse
@@ -64,7 +64,12 @@ def _expand_pair_families(names: list[str], pair: list[int] | None) -> list[str]
 def _cmd_run(args: argparse.Namespace) -> None:
     from .run import parse_cli_parameters, run_notebook
 
-    output = run_notebook(args.notebook, parse_cli_parameters(args.parameter or []), out_dir=args.out)
+    parameters = parse_cli_parameters(args.parameter or [])
+    if args.protocol:  # the full protocol's sizes (cfkit.reproduce.PROTOCOL), -p values over them
+        from .reproduce import protocol_parameters
+
+        parameters = protocol_parameters(args.notebook, parameters)
+    output = run_notebook(args.notebook, parameters, out_dir=args.out)
     print(output)
 
 
@@ -72,6 +77,10 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     from .sweep import parse_sweep_args, run_sweep
 
     swept, fixed = parse_sweep_args(args.parameter, args.set)
+    if args.protocol:  # every run at the full protocol's sizes, the swept and --set values over them
+        from .reproduce import protocol_parameters
+
+        fixed = {k: v for k, v in protocol_parameters(args.notebook, fixed).items() if k not in swept}
     result = run_sweep(args.notebook, swept, fixed, out=args.out, jobs=args.jobs, scheduler=args.scheduler,
                        metrics=args.metrics)
     print(result.summary())
@@ -79,6 +88,11 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def _cmd_table(args: argparse.Namespace) -> None:
+    if args.from_csv is not None:
+        from .table import figure_from_csv
+
+        print(f"written to {figure_from_csv(args.from_csv)}")
+        return
     from .report import collect_table
 
     print(collect_table(args.runs, write=not args.no_write))
@@ -97,6 +111,19 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=args.classifier,
                     classifier_state=args.classifier_state))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
+
+
+def _cmd_docs(args: argparse.Namespace) -> None:
+    from .gallery import build
+
+    index = build(notebooks=args.notebooks, out=args.out)
+    print(f"the gallery is built: open {index}")
+
+
+def _cmd_app(args: argparse.Namespace) -> None:
+    from .app import serve
+
+    serve(port=args.port, classifier=args.classifier, classifier_state=args.classifier_state, pair_dir=args.pair_dir)
 
 
 def _cmd_faithfulness(args: argparse.Namespace) -> None:
@@ -159,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="set a parameter (value parsed as a Python literal, else a string)")
     p.add_argument("--out", default=None, help="output folder (default runs/<notebook>)")
+    p.add_argument("--protocol", action="store_true",
+                   help="run at the full protocol's sizes, as `make reproduce` does (every query, Inception, …), "
+                        "instead of the notebook's small interactive defaults; -p values still win")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("sweep", help="run a notebook over a grid of parameter values in parallel; "
@@ -168,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a swept parameter and its values; several -p sweep their cartesian product")
     p.add_argument("--set", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
                    help="a parameter fixed for every run")
+    p.add_argument("--protocol", action="store_true",
+                   help="every run at the full protocol's sizes (as `make reproduce`), not the notebook's small defaults")
     p.add_argument("-j", "--jobs", type=int, default=1,
                    help="runs at once on this machine (default 1; with --scheduler the cluster decides)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -181,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="gather recorded numbers from runs/ into results/table.{csv,md}")
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--from-csv", default=None, metavar="CSV",
+                   help="instead: redraw table.png beside this table.csv (e.g. results/table.csv) without runs/")
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("calibrate", help="the IM1/IM2 autoencoder calibration study: results/im_calibration.json")
@@ -223,6 +257,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--results", default=None, help="results folder (default results/)")
     p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser("app", help="serve the live explorer (Voilà, no code shown) on 127.0.0.1 and print its "
+                                   "address; Ctrl-C stops it")
+    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--classifier", default=None,
+                   help="explain another classifier: a zoo name, a TorchScript file, or package.module:factory with "
+                        "--classifier-state (per-pair methods are then greyed out unless --pair-dir has theirs)")
+    p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
+    p.add_argument("--pair-dir", default=None,
+                   help="folder of per-pair models (cfkit train c3lt --pair Q T [--classifier ...] --out DIR)")
+    p.set_defaults(func=_cmd_app)
+
+    p = sub.add_parser("docs", help="render the notebooks as executed by the last `make reproduce`, the table and "
+                                    "the figures of results/ into a static HTML site (needs the docs extra)")
+    p.add_argument("--notebooks", default=None,
+                   help="folder of executed notebooks (default results/notebooks, written by `make reproduce`)")
+    p.add_argument("--out", default=None, help="output folder (default docs/_build/html)")
+    p.set_defaults(func=_cmd_docs)
     return parser
 
 

@@ -52,6 +52,8 @@ class Column:
     log_scale: bool = False  # that panel on a log axis
     share: bool = False  # a fraction of 0 to 1: figures keep the whole [0, 1] scale
     beside: str | None = None  # table.md shows it right after this column (the CSV appends it at the end)
+    paper_scale: bool = False  # on the paper's IM1 scale: its panel carries the paper's IM1 as stars
+    note: str = ""  # a line under the panel's title (what its scale is)
 
     @property
     def title(self) -> str:
@@ -168,6 +170,7 @@ _NON_NEGATIVE, _FRACTION = (0, None), (0, 1)
 for _column in (
     Column("n", "n", None, interval=False, count=True, panel=False),
     Column("im1", "IM1", bounds=_NON_NEGATIVE,
+           note="reference autoencoders: not on the paper's scale (★ → calibrated)",
            score=lambda s: im1_scores(s.x_cf, s.target, s.source, s.models.autoencoders)),
     Column("im2", "IM2", bounds=_NON_NEGATIVE,
            score=lambda s: im2_scores(s.x_cf, s.target, s.models.autoencoders, s.models.ae_all)),
@@ -186,8 +189,8 @@ for _column in (
     Column("n_inception", "n (Inception)", None, interval=False, count=True, panel=False, beside="kid"),
     Column("fid_inception", "FID (Inception, first n)", bounds=_NON_NEGATIVE, beside="n_inception"),
     Column("kid_inception", "KID (Inception, first n)", digits=4, beside="fid_inception"),
-    Column("im1_calibrated", "IM1 (calibrated autoencoders)", bounds=_NON_NEGATIVE, panel=False, beside="im1_sum",
-           score=_calibrated_im1),
+    Column("im1_calibrated", "IM1 (calibrated autoencoders)", bounds=_NON_NEGATIVE, beside="im1_sum",
+           paper_scale=True, note="on the paper's scale: ★ the paper's IM1", score=_calibrated_im1),
     Column("im2_calibrated", "IM2 (calibrated autoencoders)", bounds=_NON_NEGATIVE, panel=False, beside="im2",
            score=_calibrated_im2),
     Column("im1_sum", "IM1 (ratio of sums)", bounds=_NON_NEGATIVE, beside="im1",

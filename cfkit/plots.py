@@ -92,8 +92,9 @@ _PAIR_MARKERS = ("o", "s", "^", "D", "v")
 
 def table_figure(rows: list[dict]) -> Figure:
     """The results table as one panel per metric column: a bar per catalog method (its mean over pairs), a marker
-    per pair, the paper's IM1 as a star, the mean's 95 % bootstrap interval as an error bar; a method without
-    rows is written in as missing. The grid grows with the columns (:data:`PANELS_PER_ROW` a row)."""
+    per pair, the paper's IM1 as a star on the panel of the column on its scale (``paper_scale``), the mean's 95 %
+    bootstrap interval as an error bar; a method without rows is written in as missing. The grid grows with the
+    columns (:data:`PANELS_PER_ROW` a row)."""
     means = {r["method"]: r for r in rows if r["pair"] == "mean"}
     pairs = list(dict.fromkeys(r["pair"] for r in rows if r["pair"] != "mean"))
     labels, paper_im1 = catalog.labels(), catalog.paper_im1()
@@ -124,17 +125,19 @@ def table_figure(rows: list[dict]) -> Figure:
                 if value is not None:
                     ax.plot(i, value, _PAIR_MARKERS[k % len(_PAIR_MARKERS)], color="black", markersize=3.5,
                             label=pair if i == 0 or method == next(iter(means)) else None)
-            if column == "im1" and method in paper_im1:
+            if panel.paper_scale and method in paper_im1:
                 ax.plot(i, paper_im1[method], "*", color="tab:red", markersize=11,
-                        label="paper (mean)" if method == next(m for m in methods if m in paper_im1) else None)
+                        label="paper's IM1 (mean)" if method == next(m for m in methods if m in paper_im1) else None)
         if panel.log_scale:
             ax.set_yscale("log")
         ax.set_xticks(range(len(methods)))
         ax.set_xticklabels([labels.get(m, m) for m in methods], rotation=45, ha="right", fontsize=8)
-        ax.set_title(panel.title, fontsize=10)
+        ax.set_title(panel.title, fontsize=10, pad=14 if panel.note else None)
+        if panel.note:  # what the panel's scale is, in small type under its title
+            ax.text(0.5, 1.015, panel.note, transform=ax.transAxes, ha="center", va="bottom", fontsize=8,
+                    color="tab:red" if panel.paper_scale else "dimgray")
         ax.tick_params(axis="y", labelsize=8)
-    handles, names = axes.flat[0].get_legend_handles_labels()
-    unique = dict(zip(names, handles))
+    unique = {name: handle for ax in axes.flat for handle, name in zip(*ax.get_legend_handles_labels())}
     if unique:  # none when no method has per-pair rows or a paper figure
         fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, ncol=len(unique))
     fig.suptitle("bars: mean over pairs with its 95 % bootstrap interval; markers: each pair. "

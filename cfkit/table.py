@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import columns as table_columns
 from .bootstrap import RESAMPLES
+from .errors import InputError
 from .methods import catalog
 from .paths import RESULTS_DIR, atomic_write_text
 from .plots import save_figure, table_figure
@@ -130,6 +131,15 @@ def write_table(rows: list[dict], results_dir: str | Path | None = None, incepti
     return (atomic_write_text(results_dir / "table.csv", to_csv(rows)),
             atomic_write_text(results_dir / "table.md", to_markdown(rows, inception_note)),
             save_figure(table_figure(rows), results_dir / "table.png"))
+
+
+def figure_from_csv(csv_path: str | Path) -> Path:
+    """Redraw ``table.png`` beside a written ``table.csv`` from its rows (no runs needed; the CSV and table.md
+    stay as they are): after a change to the figure or the columns' panels."""
+    csv_path = Path(csv_path)
+    if not csv_path.is_file():
+        raise InputError(f"no table at {csv_path}; `make reproduce` (or `cfkit table`) writes results/table.csv.")
+    return save_figure(table_figure(read_csv(csv_path)), csv_path.parent / "table.png")
 
 
 def markdown(rows: list[dict], columns: list[str] | None = None) -> str:

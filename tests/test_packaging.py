@@ -1,4 +1,4 @@
-"""pyproject.toml and environment.yml ask for the same packages with the same ranges."""
+"""pyproject.toml and environment.yml ask for the same packages with the same ranges (every extra included)."""
 from __future__ import annotations
 
 import re
@@ -18,7 +18,8 @@ def _split(requirement: str) -> tuple[str, str]:
 
 def test_environment_yml_matches_pyproject() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = dict(_split(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"])
+    extras = [r for group in project["optional-dependencies"].values() for r in group]
+    wanted = dict(_split(r) for r in project["dependencies"] + extras)
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = {}
     for entry in env["dependencies"]:
