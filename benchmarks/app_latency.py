@@ -9,9 +9,13 @@ IM1), the Integrated Gradients attribution and drawing the panel's widgets; the 
 queries. Then one warm query of each method runs under cProfile: the cfkit function that holds most of its time
 below the method's entry point, and the torch call with the most time of its own.
 
+``--setting`` picks the methods' settings, as the app's toggle does: ``quick`` (each method's catalog quick setting),
+``table`` (the results table's and notebooks' settings, slower; the app's default) or ``both`` (the default: one
+table per setting in the one section, each measured by a freshly started app so that each has its own cold query).
+
 Run by hand on an otherwise idle machine (one command):
 
-    .venv/bin/python benchmarks/app_latency.py [--queries 3] [--write results/benchmark.md]
+    .venv/bin/python benchmarks/app_latency.py [--setting both|quick|table] [--queries 3] [--write results/benchmark.md]
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from cfkit.app import Explainer, ExplorerApp
+from cfkit.app import SETTINGS, Explainer, ExplorerApp
 from cfkit.data import PAIRS
 from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR, atomic_write_text
@@ -40,12 +44,14 @@ ENTRY_POINTS = ("explain", "_explain_batch", "_explain_all")
 """A method's own entry points: what dominates is looked for below them."""
 
 
-def measure(queries: int) -> tuple[list[dict], dict]:
-    """The per-method rows (median over the warm queries) and the whole query's numbers."""
+def measure(queries: int, setting: str = "quick") -> tuple[list[dict], dict]:
+    """The per-method rows (median over the warm queries) and the whole query's numbers, every method at ``setting``
+    (chosen on the app's toggle)."""
     start = time.perf_counter()
     explainer = Explainer()
     app = ExplorerApp(explainer)
     startup = time.perf_counter() - start
+    app.settings.value = setting
     cold, warm = [], []
     for index in range(queries + 1):
         for query, target in PAIRS:
@@ -96,34 +102,45 @@ def _short(key: tuple) -> str:
     return function if file == "~" else f"{Path(file).name}:{function}"
 
 
-def section(rows: list[dict], whole: dict) -> list[str]:
+def section(measured: dict[str, tuple[list[dict], dict]]) -> list[str]:
+    """The section's lines: ``measured`` maps each measured setting to its :func:`measure` (one table each)."""
     host = machine()
-    return [
+    settings = " and ".join(f"`{setting}`" for setting in measured)
+    lines = [
         f"The explorer app (`make app`) on {host['cpu']}, {host['cores']} cores, torch {host['torch']} with "
-        f"{torch.get_num_threads()} threads; measured {time.strftime('%Y-%m-%d')} by `benchmarks/app_latency.py` "
-        "through the app's own code path (cfkit.app.ExplorerApp without a browser), every method at its catalog "
-        "`quick` setting, on test digits of the protocol's pairs.", "",
-        f"One warm query through every method: **{whole['warm_query_s']} s** (median of {whole['queries']}); the "
-        f"first query after start {whole['cold_query_s']} s (checkpoints, CVE's distractor pool of each new "
-        f"target digit, first calls); loading the app's models {whole['startup_s']} s.", "",
+        f"{torch.get_num_threads()} threads; measured {time.strftime('%Y-%m-%d')} by `benchmarks/app_latency.py "
+        f"--setting {'both' if len(measured) > 1 else next(iter(measured))}` through the app's own code path "
+        "(cfkit.app.ExplorerApp without a browser), on test digits of the protocol's pairs, every method at the "
+        f"app's {settings} setting{'s' if len(measured) > 1 else ''} ("
+        + "; ".join(f"`{setting}`: {SETTINGS[setting]}" for setting in measured) + ").", "",
         "Per method, the median warm panel (`median_s`) and its parts: the method's `explain` (`method_s`), the "
         "panel's scores: classifier, oracle, calibrated IM1 (`scores_s`), Integrated Gradients of the change "
         "(`attribution_s`) and drawing the panel (`draw_s`); `first_query_s` is its panel on the first query. "
         "`dominant_cfkit_call`: the cfkit function that holds most of one warm panel's time below the method's entry "
         "point (× its calls, share of the panel); `top_torch_call`: the call with the most time of its own "
         "(cProfile).", "",
-        markdown(rows),
     ]
+    for setting, (rows, whole) in measured.items():
+        lines += [
+            f"**`{setting}` setting.** One warm query through every method: **{whole['warm_query_s']} s** (median of "
+            f"{whole['queries']}); the first query after start {whole['cold_query_s']} s (checkpoints, CVE's "
+            f"distractor pool of each new target digit, first calls); loading the app's models "
+            f"{whole['startup_s']} s.", "",
+            markdown(rows), "",
+        ]
+    return lines[:-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", choices=[*SETTINGS, "both"], default="both",
+                        help="the methods' settings, as the app's toggle: quick, table or both (default both)")
     parser.add_argument("--queries", type=int, default=2, help="warm queries per protocol pair (default 2)")
     parser.add_argument("--write", default=str(RESULTS_DIR / "benchmark.md"),
                         help="the benchmark file whose app section is replaced (default results/benchmark.md)")
     args = parser.parse_args()
-    rows, whole = measure(args.queries)
-    lines = section(rows, whole)
+    settings = list(SETTINGS) if args.setting == "both" else [args.setting]
+    lines = section({setting: measure(args.queries, setting) for setting in settings})
     print("\n".join([APP_HEADING, "", *lines]))
     path = Path(args.write)
     atomic_write_text(path, replace_section(path.read_text() if path.is_file() else "# Benchmarks\n", APP_HEADING,

@@ -1,5 +1,6 @@
 """The explorer app's logic without a browser: MNIST preprocessing of drawings, which methods show for a pair and
-why the others are greyed out, the fast-first order, one panel's numbers, and the messages for bad input."""
+why the others are greyed out, the quick and table settings, the fast-first order per setting, one panel's numbers,
+and the messages for bad input."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from cfkit import app as explorer
-from cfkit.app import Availability, Explainer, ExplorerApp, Panel, check_target, fastest_first
+from cfkit.app import DEFAULT_SETTING, SETTINGS, Availability, Explainer, ExplorerApp, Panel, check_target, fastest_first
 from cfkit.data import load_mnist
 from cfkit.drawing import BLANK, CANVAS, mnist_preprocess, rasterise, upscale
 from cfkit.errors import InputError
@@ -71,7 +72,8 @@ def test_a_blank_drawing_is_a_clear_error(strokes) -> None:
 
 @pytest.fixture(scope="module")
 def explainer() -> Explainer:
-    return Explainer()
+    """One explainer for the module's tests, at the quick setting (the tests' methods run cheaply)."""
+    return Explainer(setting="quick")
 
 
 def reasons(items: list[Availability]) -> dict[str, str | None]:
@@ -98,13 +100,54 @@ def test_per_pair_methods_are_greyed_out_for_another_classifier() -> None:
 
 def test_the_fastest_methods_run_first_and_measurements_reorder_them(explainer) -> None:
     assert fastest_first(["a", "b", "c", "d"], {"c": 0.1, "a": 2.0}) == ["c", "a", "b", "d"]
-    seeded = Explainer.__new__(Explainer)
-    seeded.latencies = {"ldce": 0.07, "c3lt": 0.0002, "cem": 0.07}
-    assert seeded.order(["ldce", "cem", "c3lt"]) == ["c3lt", "ldce", "cem"]
+    names = ["ldce", "cem", "c3lt"]
+    seeded = Explainer(latencies={"ldce": 0.07, "c3lt": 0.0002, "cem": 0.07})
+    assert seeded.order(names) == seeded.order(names, "table") == ["c3lt", "ldce", "cem"], "both settings seeded"
     seeded.measured("ldce", 3.0)
     seeded.measured("cem", 0.5)
-    assert seeded.order(["ldce", "cem", "c3lt"]) == ["c3lt", "cem", "ldce"]
+    assert seeded.order(names) == ["c3lt", "cem", "ldce"]
+    assert seeded.latencies["ldce"] == 3.0, "the first measurement replaces the seed"
+    seeded.measured("ldce", 1.0)
+    assert seeded.latencies["ldce"] == 2.0, "later ones are averaged in"
     assert explainer.latencies, "seeded from results/table.csv"
+
+
+def test_the_order_uses_the_active_settings_latencies() -> None:
+    names = ["ldce", "cem", "c3lt"]
+    seeded = Explainer(latencies={"ldce": 0.07, "c3lt": 0.0002, "cem": 0.07}, setting="quick")
+    seeded.measured("ldce", 0.1)  # at quick: LDCE is quicker than CEM's seed there
+    seeded.setting = "table"
+    assert seeded.latencies is seeded.latencies_by_setting["table"]
+    seeded.measured("c3lt", 9.0)
+    assert seeded.order(names) == ["ldce", "cem", "c3lt"], "table: only the table's measurements count"
+    assert seeded.order(names, "quick") == ["c3lt", "cem", "ldce"]
+    seeded.setting = "quick"
+    assert seeded.order(names) == ["c3lt", "cem", "ldce"] and seeded.latencies["c3lt"] == 0.0002
+
+
+def test_the_table_setting_builds_each_method_as_its_notebook_does(explainer, monkeypatch) -> None:
+    entry = catalog.get("ldce")
+    quick, table = explainer.method("ldce", "quick"), explainer.method("ldce", "table")
+    assert table.config == entry.make(explainer.classifier, device=explainer.device).config
+    assert quick.config == entry.make_quick(explainer.classifier, device=explainer.device).config
+    assert quick.config != table.config and table.config.denoising_steps > quick.config.denoising_steps
+    assert explainer.method("ldce", "quick") is quick and explainer.method("ldce", "table") is table, "built once each"
+    assert Explainer.__init__.__defaults__[-1] == DEFAULT_SETTING == "table", "the table's setting is the default"
+    monkeypatch.setattr(explainer, "setting", "quick")
+    assert explainer.method("ldce") is quick
+    monkeypatch.setattr(explainer, "setting", "table")
+    assert explainer.method("ldce") is table
+    cem = explainer.method("cem")
+    assert (cem.config.search_steps, cem.config.iterations) == (3, 40) and explainer.method("cem", "quick") is not cem
+
+
+def test_a_bad_setting_is_refused_naming_the_two(explainer) -> None:
+    assert list(SETTINGS) == ["quick", "table"]
+    for bad in (lambda: setattr(explainer, "setting", "slow"), lambda: explainer.method("ldce", "notebook"),
+                lambda: Explainer(setting="fast"), lambda: explainer.order(["ldce"], "Quick")):
+        with pytest.raises(InputError, match="the 'quick' or the 'table' settings"):
+            bad()
+    assert explainer.setting == "quick", "a refused setting leaves the active one"
 
 
 def test_a_panel_has_every_number_it_shows(explainer) -> None:
@@ -118,6 +161,8 @@ def test_a_panel_has_every_number_it_shows(explainer) -> None:
     assert set(panel.timings) == {"method", "scores", "attribution"}
     heading, table = explorer.panel_html(panel)
     assert "C3LT" in heading and ("valid ✓" in heading or "not valid ✗" in heading) and "oracle says" in table
+    assert panel.setting == "quick" and "(quick setting)" in heading
+    assert "(table setting)" in explorer.panel_html(explainer.explain("c3lt", x, 4, 9, "table"))[0]
 
 
 def test_target_equal_to_the_prediction_is_refused() -> None:
@@ -133,7 +178,9 @@ def test_target_equal_to_the_prediction_is_refused() -> None:
 
 @pytest.fixture
 def app(explainer) -> ExplorerApp:
-    return ExplorerApp(explainer)
+    explainer.setting = "quick"
+    yield ExplorerApp(explainer)
+    explainer.setting = "quick"  # the module's explainer goes on at the default setting
 
 
 def test_the_app_refuses_the_predicted_class_as_target(app) -> None:
@@ -184,6 +231,27 @@ def test_panels_appear_fastest_first_with_the_greyed_out_ones_after(app, monkeyp
     assert "failed on this query: this method always fails" in str(app.panel_box.children[-1].children[-1].value)
     assert set(app.timings) == {"c3lt", "expgan"} and all("draw" in t for t in app.timings.values())
     assert "2 methods explained 4→9" in app.status.value
+
+
+def test_the_settings_toggle_applies_to_the_next_explain(app, monkeypatch) -> None:
+    """The toggle changes the header and the explainer's setting but reruns nothing; the next Explain runs at it and
+    every panel says so."""
+    monkeypatch.setattr("cfkit.app.explainer.explained_entries", lambda: [catalog.get("c3lt")])
+    assert app.settings.description == "settings"
+    app.settings.value = "quick"
+    assert "catalog <i>quick</i> setting" in app.title.value
+    app.choose_target(9)
+    app.explain()
+    shown = app.panel_box.children
+    assert "(quick setting)" in shown[0].children[0].value and "at the quick setting" in app.status.value
+    app.settings.value = "table"
+    assert app.explainer.setting == "table" and "<i>table</i> setting" in app.title.value
+    assert "<i>quick</i>" not in app.title.value
+    assert app.panel_box.children == shown and "next Explain" in app.status.value, "nothing reruns by itself"
+    app.explain()
+    assert "(table setting)" in app.panel_box.children[0].children[0].value
+    assert "1 method explained 4→9 at the table setting" in app.status.value
+    assert "c3lt" in app.explainer.latencies_by_setting["table"]
 
 
 @pytest.mark.parametrize("argv, message", [

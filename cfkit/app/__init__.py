@@ -6,13 +6,13 @@ it hands the page. These modules may import the rest of cfkit, never the reverse
 :func:`serve`); inside, ``render`` imports ``explainer``, ``page`` imports the three others, ``launcher`` none of
 them. The public names are re-exported here: ``from cfkit.app import ExplorerApp, Explainer, serve``.
 """
-from .explainer import (IG_STEPS, PANEL_COLUMNS, Availability, Explainer, Panel, check_message, check_target,
-                        explained_entries, fastest_first, seeded_latencies, trained_pairs)
+from .explainer import (DEFAULT_SETTING, IG_STEPS, PANEL_COLUMNS, SETTINGS, Availability, Explainer, Panel, check_message,
+                        check_setting, check_target, explained_entries, fastest_first, seeded_latencies, trained_pairs)
 from .launcher import CLASSIFIER_VARIABLE, NOTEBOOK, PAIR_DIR_VARIABLE, STATE_VARIABLE, serve
 from .page import ExplorerApp
 from .render import DIFFERENCE_MAP, SCALE, grey_png, panel_html, png, probability_html, signed_png
 
-__all__ = ["CLASSIFIER_VARIABLE", "DIFFERENCE_MAP", "IG_STEPS", "NOTEBOOK", "PAIR_DIR_VARIABLE", "PANEL_COLUMNS",
-           "SCALE", "STATE_VARIABLE", "Availability", "Explainer", "ExplorerApp", "Panel", "check_message",
-           "check_target", "explained_entries", "fastest_first", "grey_png", "panel_html", "png", "probability_html",
-           "seeded_latencies", "serve", "signed_png", "trained_pairs"]
+__all__ = ["CLASSIFIER_VARIABLE", "DEFAULT_SETTING", "DIFFERENCE_MAP", "IG_STEPS", "NOTEBOOK", "PAIR_DIR_VARIABLE", "PANEL_COLUMNS",
+           "SCALE", "SETTINGS", "STATE_VARIABLE", "Availability", "Explainer", "ExplorerApp", "Panel", "check_message",
+           "check_setting", "check_target", "explained_entries", "fastest_first", "grey_png", "panel_html", "png",
+           "probability_html", "seeded_latencies", "serve", "signed_png", "trained_pairs"]

@@ -1,14 +1,15 @@
 """The explorer page (ipywidgets, served without code by Voilà from ``app/explorer.ipynb``): one query, one target,
 every method that can explain them.
 
-A query is a test digit (class and index, or random) or a digit drawn with the mouse (rasterised and made into an
-MNIST digit by :mod:`cfkit.drawing`). The classifier's probabilities are shown; the target is any other digit. Every
-catalog method runs on the pair (see :mod:`cfkit.app.explainer`) and each one's panel appears as soon as it
-finishes: the counterfactual, the difference (red: ink added, blue: removed), the Integrated Gradients attribution of
-the change, the classifier's probabilities, validity, the oracle's verdict, proximity, the calibrated IM1 and the
-seconds it took. Per-pair methods (C3LT, ExpGAN) show for their trained pairs and are greyed out, with the reason and
-the command that trains one, otherwise. The classifier comes from the environment (:data:`CLASSIFIER_VARIABLE`, …),
-set by ``cfkit app --classifier``.
+A query is a test digit (class and index, or random) or a digit drawn with the mouse (rasterised and made into an MNIST
+digit by :mod:`cfkit.drawing`). The classifier's probabilities are shown; the target is any other digit. Every catalog
+method runs on the pair (see :mod:`cfkit.app.explainer`) at the settings chosen on the page (``quick``, the catalog's
+cheap settings, or ``table``, the notebooks'; a change applies to the next Explain) and each one's panel appears as soon
+as it finishes, naming the setting it ran at: the counterfactual, the difference (red: ink added, blue: removed), the
+Integrated Gradients attribution of the change, the classifier's probabilities, validity, the oracle's verdict,
+proximity, the calibrated IM1 and the seconds it took. Per-pair methods (C3LT, ExpGAN) show for their trained pairs and
+are greyed out, with the reason and the command that trains one, otherwise. The classifier comes from the environment
+(:data:`CLASSIFIER_VARIABLE`, …), set by ``cfkit app --classifier``.
 """
 from __future__ import annotations
 
@@ -23,9 +24,16 @@ from ..classifiers import DEFAULT
 from ..drawing import BLANK, CANVAS, PEN, is_blank, rasterise
 from ..errors import CfkitError, InputError
 from ..methods import catalog
-from .explainer import Availability, Explainer, Panel, check_message, check_target
+from .explainer import SETTINGS, Availability, Explainer, Panel, check_message, check_target
 from .render import grey_png, panel_html, probability_html, signed_png
 from .launcher import CLASSIFIER_VARIABLE, PAIR_DIR_VARIABLE, STATE_VARIABLE
+
+
+ACTIVE_SETTING = {
+    "quick": "at its catalog <i>quick</i> setting",
+    "table": "at its <i>table</i> setting (its notebook's, as <code>make reproduce</code> runs it: slower)",
+}
+"""How the page's header names the active setting (keys: :data:`~cfkit.app.explainer.SETTINGS`)."""
 
 
 class ExplorerApp:
@@ -56,7 +64,8 @@ class ExplorerApp:
         self.status.add_class("cfkit-status")
         if explainer is None:
             self.status.value = self._error_html(error or "the explorer could not start.")
-            self.root = widgets.VBox([widgets.HTML(self.STYLE), self._title(), self.status])
+            self.title = widgets.HTML(self._title_html())
+            self.root = widgets.VBox([widgets.HTML(self.STYLE), self.title, self.status])
             self.root.add_class("cfkit-app")
             return
         self._build()
@@ -79,18 +88,29 @@ class ExplorerApp:
         return self.root._repr_mimebundle_(**kwargs)
 
     # layout
-    def _title(self):
+    def _title_html(self) -> str:
+        """The header: what the page does, for which classifier, at which setting (the active one)."""
         name = self.explainer.classifier_name if self.explainer else "–"
-        return self.widgets.HTML(
+        runs = f"runs ({ACTIVE_SETTING[self.explainer.setting]})" if self.explainer else "runs"
+        return (
             '<h2 style="margin:4px 0">Counterfactual explorer</h2><div style="font-size:13px;color:#444">'
             f"What is the smallest realistic change that makes the classifier (<code>{escape(name)}</code>) say "
             "another digit? Pick or draw a digit, pick a target, press Explain: every method that can explain the "
-            "pair runs (at its catalog <i>quick</i> setting), fastest first. Differences: "
+            f"pair {runs}, fastest first. Differences: "
             '<span style="color:#c62828">red = ink added</span>, <span style="color:#1f5fa8">blue = ink removed'
             "</span>; attribution: Integrated Gradients of the change toward the target.</div>")
 
     def _build(self) -> None:
         w = self.widgets
+        self.title = w.HTML(self._title_html())
+        self.settings = w.ToggleButtons(options=list(SETTINGS), value=self.explainer.setting, description="settings",
+                                        tooltips=[f"{key}: {text}" for key, text in SETTINGS.items()])
+        self.settings.add_class("cfkit-settings")
+        settings_note = w.HTML(
+            '<div style="font-size:12px;color:#555;line-height:16px;max-width:520px"><b>table</b> (the default): the '
+            "settings of the results table and the notebooks (<code>make reproduce</code>), e.g. LDCE 34 DDIM steps, "
+            "CEM 3×40 iterations: about 2 s a query. <b>quick</b>: each method's catalog quick setting, under a "
+            "second. A change applies to the next Explain.</div>", layout=w.Layout(margin="0 0 0 8px"))
         self.mode = w.ToggleButtons(options=["test digit", "draw"], value="test digit", description="query")
         self.digit = w.Dropdown(options=list(range(10)), value=4, description="class", layout=w.Layout(width="140px"))
         self.index = w.BoundedIntText(value=0, min=0, max=self.explainer.count(4) - 1, description="index",
@@ -124,6 +144,7 @@ class ExplorerApp:
         self.panel_box = w.Box(layout=w.Layout(display="flex", flex_flow="row wrap",
                                                align_items="flex-start"))
         self.panel_box.add_class("cfkit-panels")
+        self.settings.observe(lambda change: self.choose_setting(change["new"]), "value")
         self.mode.observe(lambda change: self._switch(change["new"]), "value")
         self.digit.observe(lambda change: self._digit_changed(), "value")
         self.index.observe(lambda change: self.show_test_digit(), "value")
@@ -131,7 +152,8 @@ class ExplorerApp:
         self.clear.on_click(lambda _: self.clear_drawing())
         self.explain_button.on_click(lambda _: self.explain())
         self.root = w.VBox([
-            w.HTML(self.STYLE), self._title(), self.mode, self.test_box, self.draw_box, query_view,
+            w.HTML(self.STYLE), self.title, w.HBox([self.settings, settings_note], layout=w.Layout(
+                align_items="center")), self.mode, self.test_box, self.draw_box, query_view,
             w.HBox([w.HTML('<b style="line-height:32px">target&nbsp;</b>'), *self.target_buttons, self.target_note]),
             w.HBox([self.explain_button, self.progress], layout=w.Layout(align_items="center")),
             self.status, self.panel_box,
@@ -167,6 +189,19 @@ class ExplorerApp:
         canvas.fill_style = "white"
         canvas.line_width = 2 * PEN
         canvas.line_cap = "round"
+
+    def choose_setting(self, setting: str) -> None:
+        """Make ``setting`` the one the next Explain runs at (nothing reruns now); the header says it."""
+        try:
+            self.explainer.setting = setting
+        except InputError as error:
+            self._fail(str(error))
+            return
+        if self.settings.value != setting:
+            self.settings.value = setting
+        self.title.value = self._title_html()
+        self.status.value = (f'<span class="cfkit-setting-note" style="font-size:13px">the next Explain runs every '
+                             f"method at its <i>{escape(setting)}</i> setting</span>")
 
     # query
     def _switch(self, mode: str) -> None:
@@ -276,14 +311,15 @@ class ExplorerApp:
             self._fail(str(error))
             return
         self._clear_panels()
-        available = [a for a in self.explainer.availability(self.source, target) if a.enabled]
+        setting = self.explainer.setting
+        available = [a for a in self.explainer.availability(self.source, target, setting) if a.enabled]
         self.progress.max, self.progress.value = max(1, len(available)), 0
         self.progress.layout.visibility = "visible"
         self.explain_button.disabled = True
         try:
-            runs = self.explainer.run(self.query, target)
-            order = self.explainer.order([a.entry.name for a in available])
-            self._running(order, 0)
+            runs = self.explainer.run(self.query, target, setting)
+            order = self.explainer.order([a.entry.name for a in available], setting)
+            self._running(order, 0, setting)
             explained, greyed = [], []
             for item in runs:
                 if isinstance(item, Availability):
@@ -297,7 +333,7 @@ class ExplorerApp:
                 self.panels[item.name] = item
                 self.timings[item.name] = dict(item.timings)
                 self.progress.value += 1
-                self._running(order, self.progress.value)
+                self._running(order, self.progress.value, setting)
         except CfkitError as error:
             self._fail(str(error))
             return
@@ -305,13 +341,14 @@ class ExplorerApp:
             self.explain_button.disabled = False
             self.progress.layout.visibility = "hidden"
         total = sum(sum(t.values()) for t in self.timings.values())
-        self.status.value = (f'<span class="cfkit-done">{len(self.panels)} methods explained {self.source}→{target} '
-                             f"in {total:.1f} s.</span>")
+        methods = f"{len(self.panels)} method{'' if len(self.panels) == 1 else 's'}"
+        self.status.value = (f'<span class="cfkit-done">{methods} explained {self.source}→{target} at the '
+                             f"{escape(setting)} setting in {total:.1f} s.</span>")
 
-    def _running(self, order: list[str], done: int) -> None:
+    def _running(self, order: list[str], done: int, setting: str) -> None:
         if done < len(order):
-            self.status.value = (f"running {escape(catalog.label(order[done]))} ({done + 1} of {len(order)}) … "
-                                 "each panel appears when its method finishes")
+            self.status.value = (f"running {escape(catalog.label(order[done]))} ({done + 1} of {len(order)}, "
+                                 f"{escape(setting)} setting) … each panel appears when its method finishes")
 
     def panel_widget(self, panel: Panel):
         """One method's panel: heading, counterfactual, difference, attribution, probabilities, numbers."""

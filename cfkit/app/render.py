@@ -64,10 +64,11 @@ def _short_title(column: table_columns.Column) -> str:
 
 
 def panel_html(panel: Panel) -> tuple[str, str]:
-    """A panel's heading and its table of numbers, as HTML."""
+    """A panel's heading (the method and the setting it ran at) and its table of numbers, as HTML."""
     verdict = ('<span class="cfkit-validity" style="color:#2a7d2a">valid ✓</span>' if panel.valid else
                '<span class="cfkit-validity" style="color:#c62828">not valid ✗</span>')
-    heading = (f'<div style="font-size:15px;font-weight:600">{escape(panel.label)}</div>'
+    heading = (f'<div style="font-size:15px;font-weight:600">{escape(panel.label)} <span class="cfkit-setting" '
+               f'style="font-size:12px;font-weight:400;color:#666">({escape(panel.setting)} setting)</span></div>'
                f'<div style="font-size:13px">→ {panel.target}: {verdict}, {panel.seconds:.2f} s</div>')
     oracle = panel.oracle_class == panel.target
     columns = {c: table_columns.get(c) for c in PANEL_COLUMNS}
