@@ -44,7 +44,7 @@ RUN_TIMEOUT_MS = 600_000
 
 def explorer_notebooks() -> list[str]:
     """The notebooks that end in a widget explorer, in the reproduction's order (12_faithfulness has none)."""
-    return reproduce_order()
+    return [nb for nb in reproduce_order() if nb != "12_faithfulness"]
 
 
 def row(notebook: str, page_open_s: float | None, seconds: float | None, host: dict, error: str = "") -> dict:

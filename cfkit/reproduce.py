@@ -36,8 +36,10 @@ from .zoo.inception import inception_extractor
 
 SCORING_NOTEBOOK = "10_metrics"
 """Scores every method's sets (and makes the real-data reference's): it runs after the method notebooks."""
-BEFORE, AFTER = ("00_models",), ("11_ldce_error_analysis",)
-"""Notebooks of the reproduction that belong to no method: the zoo's check first, LDCE's error analysis last."""
+BEFORE, AFTER = ("00_models",), ("11_ldce_error_analysis", "12_faithfulness")
+"""Notebooks of the reproduction that belong to no method: the zoo's check first; LDCE's error analysis and the
+faithfulness study (which shows the recorded ``results/faithfulness.csv``; ``cfkit faithfulness`` recomputes it)
+last, so the gallery has every notebook as executed."""
 
 
 def method_notebooks() -> list[str]:
