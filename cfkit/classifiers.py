@@ -1,7 +1,9 @@
 """The classifier under explanation: the zoo's, a TorchScript file, or ``package.module:factory`` plus weights.
 
 ``load_classifier(spec, weights)`` resolves the spec, checks that the model maps (N, 1, 28, 28) images in
-[0, 1] to (N, 10) logits (a clear error otherwise, before any method runs) and returns it in eval mode.
+[0, 1] to (N, 10) logits that are finite on real test digits and get at least half of 20 of them right (a clear
+error otherwise, before any method runs: an untrained model, one that ignores its input or wants other inputs) and
+returns it in eval mode.
 :func:`fingerprint` is the SHA-256 of its weights: every saved counterfactual set records it, so sets of
 different classifiers are never scored together. The metric models (autoencoders, feature network,
 oracle) stay the kit's whatever the classifier: they judge realism, not the model.
@@ -10,11 +12,13 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .data import load_mnist
 from .errors import CheckpointError, InputError
 from .fingerprint import fingerprint
 from .zoo.checkpoints import load, names
@@ -24,6 +28,9 @@ __all__ = ["DEFAULT", "check_classifier", "fingerprint", "load_classifier"]
 DEFAULT = "classifier"
 """The zoo's MNIST CNN: what every notebook explains unless told otherwise."""
 CLASSES = 10
+DIGITS_PER_CLASS = 2
+MIN_DIGIT_ACCURACY = 0.5
+"""The check's bar on its 20 real test digits: any trained MNIST classifier clears it; chance is 10 %."""
 FORMS = ("a zoo name such as 'classifier', a TorchScript file (torch.jit.save), or 'package.module:factory' with "
          "a weights file (a state dict, loaded with weights_only=True)")
 
@@ -99,7 +106,8 @@ def _from_factory(spec: str, weights: Path | None, device: str | torch.device) -
 
 
 def check_classifier(model: nn.Module, name: str = "the classifier") -> None:
-    """Refuse a model that does not map (N, 1, 28, 28) images in [0, 1] to (N, 10) finite logits."""
+    """Refuse a model that does not map (N, 1, 28, 28) images in [0, 1] to (N, 10) finite logits, or that does not
+    tell real digits apart (finite logits and at least half right on 20 real test digits)."""
     probe = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
@@ -119,3 +127,30 @@ def check_classifier(model: nn.Module, name: str = "the classifier") -> None:
     if (out >= 0).all() and torch.allclose(out.sum(1), torch.ones(3), atol=1e-4):
         raise InputError(f"{name} returns probabilities (rows sum to 1); return logits instead (drop the final "
                          "softmax): the methods' losses expect logits.")
+    _check_on_digits(model, name, device)
+
+
+def _check_on_digits(model: nn.Module, name: str, device: torch.device) -> None:
+    """Refuse a model whose logits on real test digits are not finite, or that gets fewer than
+    :data:`MIN_DIGIT_ACCURACY` of them right: one that wants other inputs, or ignores them."""
+    x, y = probe_digits()
+    with torch.inference_mode():
+        out = model(x.to(device)).cpu()
+    layout = (f"cfkit explains MNIST classifiers: images (N, 1, 28, 28) with pixels in [0, 1] (black 0, ink 1), "
+              "normalised inside the model's forward if it wants other inputs")
+    if not torch.isfinite(out).all():
+        bad = int((~torch.isfinite(out)).any(1).sum())
+        raise InputError(f"{name} returns non-finite logits on {bad} of {len(x)} real MNIST test digits; {layout}.")
+    right = int(out.argmax(1).eq(y).sum())
+    if right < MIN_DIGIT_ACCURACY * len(x):
+        raise InputError(f"{name} classifies {right} of {len(x)} real MNIST test digits correctly "
+                         f"({right / len(x):.0%}; chance is 10%, the bar {MIN_DIGIT_ACCURACY:.0%}): it is untrained, "
+                         f"ignores its input, or expects other inputs; {layout}.")
+
+
+@lru_cache(maxsize=1)
+def probe_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """The first :data:`DIGITS_PER_CLASS` test images of each digit, and their labels: the check's real inputs."""
+    x, y = load_mnist("test")
+    keep = torch.cat([torch.nonzero(y == digit).flatten()[:DIGITS_PER_CLASS] for digit in range(CLASSES)])
+    return x[keep].clone(), y[keep].clone()

@@ -55,12 +55,18 @@ def save_counterfactuals(
         raise InputError(f"classifier must be the explained classifier's SHA-256 fingerprint "
                          f"(cfkit.classifiers.fingerprint), got {classifier!r}.")
     payload = {
-        "method": method, "pair": torch.tensor(pair), "query": query.cpu(), "x": result.x.cpu(),
-        "x_cf": result.x_cf.cpu(), "source": result.source.cpu(), "target": result.target.cpu(),
-        "valid": result.valid.cpu(), "seconds": torch.tensor(result.seconds if timed else float("nan")),
+        "method": method, "pair": torch.tensor(pair), "query": _own(query), "x": _own(result.x),
+        "x_cf": _own(result.x_cf), "source": _own(result.source), "target": _own(result.target),
+        "valid": _own(result.valid), "seconds": torch.tensor(result.seconds if timed else float("nan")),
         "classifier": classifier,
     }
     return atomic_torch_save(set_path(out_dir, method, pair), payload)
+
+
+def _own(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached CPU copy holding only its own elements: torch.save writes a view's whole storage, so a set of 4
+    queries sliced from the 982 test fours would otherwise carry all of them."""
+    return tensor.detach().cpu().clone(memory_format=torch.contiguous_format)
 
 
 def load_counterfactuals(path: str | Path) -> CounterfactualSet:

@@ -1,9 +1,9 @@
 """Parameter sweeps: one notebook run over a grid of parameter values, gathered into a table and a plot.
 
 ``cfkit sweep 06_ldce -p guidance 1 2 3 5 --set n_queries 100 -j 2`` checks every grid point's
-parameters against the notebook before anything starts (a wrong type fails at once, not after an
-hour of runs), runs the points in parallel processes, or on an existing Dask cluster with
-``--scheduler``, each into ``<out>/<name>=<value>,…/``, and gathers the runs' recorded numbers into
+parameters against the notebook before anything starts (a wrong type or value fails at once, not after an
+hour of runs), runs the points in parallel processes (a process a point, so one that dies loses only its own
+point), or on an existing Dask cluster with ``--scheduler``, each into ``<out>/<name>=<value>,…/``, and gathers the runs' recorded numbers into
 ``<out>/sweep.csv`` (one row a run) and ``<out>/sweep.png`` (metric against the first swept
 parameter). A failing run stays in the table with its error; the other runs still finish.
 """
@@ -18,18 +18,21 @@ import math
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import columns as table_columns
-from .errors import SchedulerError, SweepError
+from .errors import ParameterError, SchedulerError, SweepError
+from .parameter_values import check_values
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_text
 from .threads import thread_limits, threads_per_job
-from .run import RECORD_FILE, check_parameters, notebook_path, parse_cli_parameters, read_record, run_notebook
+from .run import (RECORD_FILE, check_parameters, literal_defaults, notebook_parameters, notebook_path,
+                  parse_cli_parameters, read_record, run_notebook)
 from .table import _cell, markdown
 
 SWEEP_CSV = "sweep.csv"
@@ -108,7 +111,7 @@ def build_grid(
 ) -> list[Point]:
     """The cartesian product of the swept values (first parameter slowest), each point checked against the notebook.
 
-    Every point's parameters go through :func:`cfkit.run.check_parameters` here, before any run starts.
+    Every point's parameters go through :func:`check_point` (names, types and values) here, before any run starts.
     """
     fixed = dict(fixed or {})
     if not swept:
@@ -121,17 +124,29 @@ def build_grid(
                              f"e.g. `-p {name} 1 2 3`.")
         if name in fixed:
             raise SweepError(f"parameter {name!r} is both swept (-p) and fixed (--set): keep one.")
-    points = []
-    for combination in itertools.product(*swept.values()):
-        values = dict(zip(swept, combination))
-        check_parameters(notebook, {**fixed, **values})
-        points.append(Point(values, {**fixed, **values}, folder_name(values)))
+    points = [Point(values, {**fixed, **values}, folder_name(values))
+              for values in (dict(zip(swept, combination)) for combination in itertools.product(*swept.values()))]
+    defaults = literal_defaults(notebook_parameters(notebook))
+    for point in points:
+        check_point(notebook, point, defaults)
     folders = [p.folder for p in points]
     if len(set(folders)) < len(folders):
         repeated = sorted({f for f in folders if folders.count(f) > 1})
         raise SweepError(f"grid points share a folder ({', '.join(repeated)}): a value is given twice; "
                          "give each value once.")
     return points
+
+
+def check_point(notebook: str | Path, point: Point, defaults: Mapping[str, Any]) -> None:
+    """Refuse a grid point whose parameters ``cfkit run`` would refuse: names and types
+    (:func:`cfkit.run.check_parameters`), then values over the notebook's ``defaults``
+    (:func:`cfkit.parameter_values.check_values`); one line naming the point."""
+    try:
+        check_parameters(notebook, point.parameters)
+        check_values(notebook_path(notebook).stem, {**defaults, **point.parameters})
+    except ParameterError as exc:
+        message = " ".join(str(exc).split())
+        raise ParameterError(f"grid point {point.folder}: {message} No run was started.") from None
 
 
 def folder_name(values: Mapping[str, Any]) -> str:
@@ -203,15 +218,52 @@ def run_sweep(
     return gather(points, results, out, metrics)
 
 
-def _run_locally(notebook: str, points: list[Point], dirs: list[str], jobs: int, progress: bool) -> list[dict]:
-    """Each point in its own process of a pool; spawn, so no worker inherits the parent's threads or state."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+def _run_locally(notebook: str, points: list[Point], dirs: list[str], jobs: int, progress: bool,
+                 run: Callable[..., dict] = run_point) -> list[dict]:
+    """Each point in a process of its own, ``jobs`` at a time: a process that dies (killed, out of memory, a crash
+    in native code) costs only its own point, recorded with how it died, and the other points still run.
+
+    ``run`` is what the process calls with the point (:func:`run_point`; a module-level function, for spawn).
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     threads = threads_per_job(min(jobs, len(points)))
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(points)), mp_context=context) as pool:
-        futures = [pool.submit(run_point, notebook, p.parameters, d, threads) for p, d in zip(points, dirs)]
+    with ThreadPoolExecutor(max_workers=min(jobs, len(points)), thread_name_prefix="sweep") as pool:
+        futures = [pool.submit(run_in_process, run, notebook, p.parameters, d, threads) for p, d in zip(points, dirs)]
         return _collect(futures, as_completed(futures), progress)
+
+
+class WorkerDied(RuntimeError):
+    """The process running a grid point ended without a result."""
+
+
+def run_in_process(run: Callable[..., dict], *args: Any) -> dict:
+    """``run(*args)`` in a fresh spawned process (no inherited threads or state); its result, or :class:`WorkerDied`
+    naming the exit code or signal when the process ends without one."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_send_result, args=(sender, run, *args))
+    process.start()
+    sender.close()  # the child holds the only sending end: its death ends recv() with EOFError
+    try:
+        result = receiver.recv()
+    except EOFError:
+        result = None
+    finally:
+        receiver.close()
+        process.join()
+    if result is None:
+        code = process.exitcode
+        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        raise WorkerDied(f"the run's process died ({how}) before reporting; the other runs went on. Out of memory "
+                         "(the kernel's OOM killer sends SIGKILL) is the usual cause: try fewer -j.")
+    return result
+
+
+def _send_result(sender: Any, run: Callable[..., dict], *args: Any) -> None:
+    """The child's side of :func:`run_in_process`."""
+    sender.send(run(*args))
+    sender.close()
 
 
 def _run_on_cluster(notebook: str, points: list[Point], dirs: list[str], address: str, progress: bool) -> list[dict]:

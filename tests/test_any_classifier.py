@@ -76,6 +76,46 @@ def test_a_method_refuses_a_wrong_classifier_before_any_work(other) -> None:
         check_classifier(Probabilities(other))
 
 
+class NanOnDigits(torch.nn.Module):
+    """The zoo's classifier, but NaN where the input is mostly black, as real digits are (uniform noise is not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = load("classifier")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.inner(x)
+        dark = x.flatten(1).mean(1) < 0.3
+        return torch.where(dark[:, None], torch.full_like(logits, float("nan")), logits)
+
+
+class Constant(torch.nn.Module):
+    """Logits that ignore the input: fine shapes, finite, and no classifier at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(x.shape[0], 10) + 0 * x.flatten(1)[:, :1]
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    (NanOnDigits, r"non-finite logits on 20 of 20 real MNIST test digits.*\(N, 1, 28, 28\) with pixels in \[0, 1\]"),
+    (Constant, r"classifies 2 of 20 real MNIST test digits correctly \(10%.*ignores its input.*normalised inside"),
+])
+def test_a_model_that_fails_on_real_digits_is_refused_with_the_reason(model, message) -> None:
+    with pytest.raises(InputError, match=message):
+        load_classifier(model())
+    with pytest.raises(InputError, match=message):  # and a method built on it refuses it too
+        AdversarialAttack(model(), device="cpu")
+
+
+def test_the_kits_own_classifiers_pass_the_check_on_real_digits() -> None:
+    for name in ("classifier", "oracle"):
+        check_classifier(load(name), name)
+
+
 def test_sets_of_different_classifiers_are_never_scored_together(other, tmp_path) -> None:
     x, index = evaluation.protocol_queries((4, 9), 4)
     result = Result(x=x, x_cf=evaluation.reference_images(9)[:4], source=torch.full((4,), 4),

@@ -101,3 +101,16 @@ def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
     hand_built = MetricModels(**{**vars(models), "fingerprint": None})
     evaluation.score_set(path, hand_built)
     assert len(calls) == 6, "models without a fingerprint are never matched to a stored row"
+
+
+def test_a_set_holds_only_its_own_images(tmp_path) -> None:
+    """Tensors sliced from a big one are views of its whole storage; the set saves copies, so 4 queries stay small."""
+    big = torch.rand(1000, 1, 28, 28)  # 3.1 MB of storage
+    x, index = big[10:14], torch.arange(1000)[10:14]
+    result = Result(x=x, x_cf=x.flip(-1), source=torch.full((1000,), 4)[:4], target=torch.full((1000,), 9)[:4],
+                    valid=torch.ones(1000, dtype=torch.bool)[:4], seconds=1.5)
+    path = save_counterfactuals(tmp_path, "adv_attack", (4, 9), index, result, ZOO)
+    assert path.stat().st_size < 100_000, f"{path.stat().st_size} bytes for 4 queries"
+    back = load_counterfactuals(path)
+    assert torch.equal(back.x, x) and torch.equal(back.x_cf, x.flip(-1)) and torch.equal(back.query, index)
+    assert torch.equal(back.source, result.source) and torch.equal(back.valid, result.valid)

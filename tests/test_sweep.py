@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -87,6 +88,37 @@ def test_bad_grids_fail_before_any_run(tmp_path, swept, fixed, error, message: s
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_the_first_run(tmp_path, capsys) -> None:
+    """radius 0.1 is fine and comes first; -0.1 is refused by the method's config before 0.1 runs."""
+    out = tmp_path / "sweep"
+    assert cli.main(["sweep", NOTEBOOK, "-p", "radius", "0.1", "-0.1", *TINY_ARGS, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "grid point radius=-0.1: parameter 'radius' of 01_adversarial: radius must be a positive number" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    with pytest.raises(ParameterError, match=r"grid point n_queries=-1: .*'n_queries' of 01_adversarial must be"):
+        build_grid(NOTEBOOK, {"n_queries": [4, -1]})
+    with pytest.raises(ParameterError, match=r"grid point pairs=4to4: parameter 'pairs' of 01_adversarial"):
+        build_grid(NOTEBOOK, {"pairs": ["4->9", "4->4"]}, {"n_queries": 4})
+
+
+def die_on_negative_radius(notebook: str, parameters: dict, out_dir: str, threads: int) -> dict:
+    """A stand-in for run_point (spawned by name) whose process kills itself on a negative radius."""
+    if parameters["radius"] < 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"numbers": {"adv_attack/mean/validity": parameters["radius"]}, "error": "", "seconds": 0.0}
+
+
+def test_a_dead_worker_costs_only_its_own_point(tmp_path) -> None:
+    points = [Point({"radius": r}, {"radius": r}, folder_name({"radius": r})) for r in (0.1, -1.0, 0.2, 0.3)]
+    dirs = [str(tmp_path / p.folder) for p in points]
+    results = sweep._run_locally(NOTEBOOK, points, dirs, 2, False, run=die_on_negative_radius)
+    assert [r["numbers"].get(f"{MEAN}/validity") for r in results] == [0.1, None, 0.2, 0.3]
+    assert [bool(r["error"]) for r in results] == [False, True, False, False]
+    assert results[1]["error"].startswith("worker failed: WorkerDied: the run's process died (killed by SIGKILL)")
+    rows = gather(points, results, tmp_path).rows
+    assert rows[1]["error"] and rows[1]["radius"] == -1.0 and rows[3]["error"] == ""
+
+
 def test_cli_refuses_bad_flags_plainly(tmp_path, capsys) -> None:
     assert cli.main(["sweep", NOTEBOOK, "-p", "radius", "0.1", "-j", "0", "--out", str(tmp_path)]) == 2
     assert "must be an int >= 1" in capsys.readouterr().err
@@ -154,7 +186,10 @@ def test_local_sweep_in_two_processes(tmp_path) -> None:
     assert "| radius |" in result.summary()
 
 
-def test_a_failing_run_keeps_the_other_and_exits_non_zero(tmp_path, capsys) -> None:
+def test_a_failing_run_keeps_the_other_and_exits_non_zero(tmp_path, capsys, monkeypatch) -> None:
+    """A run that fails once started: the grid check is skipped here, so -0.1 reaches its run, whose own check
+    (run_notebook's) fails it inside the worker process."""
+    monkeypatch.setattr(sweep, "check_point", lambda *args: None)
     code = cli.main(["sweep", NOTEBOOK, "-p", "radius", "-0.1", "0.3", *TINY_ARGS, "-j", "2", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "1 of 2 runs failed" in err and "radius=-0.1: ParameterError: parameter 'radius'" in err
