@@ -77,6 +77,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     from .sweep import parse_sweep_args, run_sweep
 
     swept, fixed = parse_sweep_args(args.parameter, args.set)
+    swept, fixed = _absolute_sweep_paths(swept, fixed)
     if args.protocol:  # every run at the full protocol's sizes, the swept and --set values over them
         from .reproduce import protocol_parameters
 
@@ -85,6 +86,15 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
                        metrics=args.metrics)
     print(result.summary())
     result.check()
+
+
+def _absolute_sweep_paths(swept: dict, fixed: dict) -> tuple[dict, dict]:
+    """The sweep's given paths absolute against this folder, as ``cfkit run`` makes them: its runs may execute
+    elsewhere (a Dask worker), and every kernel runs in notebooks/."""
+    from .run import absolute_paths
+
+    swept = {key: [absolute_paths({key: value})[key] for value in values] for key, values in swept.items()}
+    return swept, absolute_paths(fixed)
 
 
 def _cmd_table(args: argparse.Namespace) -> None:
@@ -106,10 +116,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .reproduce import reproduce
+    from .run import absolute_paths
 
-    start = time.perf_counter()
-    print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=args.classifier,
-                    classifier_state=args.classifier_state))
+    start = time.perf_counter()  # the classifier's files are given relative to this folder, the kernels run elsewhere
+    given = absolute_paths({"classifier": args.classifier, "classifier_state": args.classifier_state})
+    print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=given["classifier"],
+                    classifier_state=given["classifier_state"]))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 

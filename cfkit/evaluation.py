@@ -15,7 +15,7 @@ import torch
 
 from . import bootstrap, columns, metrics, scoring
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
-from .data import PAIRS, load_mnist, pair_name, sha256_file
+from .data import OFFICIAL_COUNTS, PAIRS, load_mnist, pair_name, sha256_file
 from .errors import InputError
 from .methods import catalog
 from .methods.base import CounterfactualMethod, Result
@@ -36,7 +36,17 @@ def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
     parsed = [check_pair(p) for p in pairs]
     if not parsed:
         raise InputError("no pairs given; use e.g. '4->9,3->8,5->6'.")
+    repeated = sorted({pair for pair in parsed if parsed.count(pair) > 1}, key=parsed.index)
+    if repeated:
+        names = ", ".join(pair_name(pair) for pair in repeated)
+        raise InputError(f"pair {names} is given more than once; give each pair once "
+                         f"(e.g. '{','.join(dict.fromkeys(pair_name(pair) for pair in parsed))}').")
     return parsed
+
+
+def query_ceiling(pairs: str | Iterable, split: str = "test") -> int:
+    """The most queries per pair that every pair's query class has in ``split`` (the official MNIST counts)."""
+    return min(OFFICIAL_COUNTS[split][query] for query, _ in parse_pairs(pairs))
 
 
 def protocol_queries(pair: tuple[int, int], n_queries: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,7 +55,10 @@ def protocol_queries(pair: tuple[int, int], n_queries: int = 0) -> tuple[torch.T
     if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 0:
         raise InputError(f"n_queries must be an int >= 0 (0 = all test images of the class), got {n_queries!r}.")
     x, _ = load_mnist("test", digits=(query_class,))
-    count = len(x) if n_queries == 0 else min(n_queries, len(x))
+    if n_queries > len(x):  # never fewer queries than asked for: the recorded n_queries is the real count
+        raise InputError(f"n_queries {n_queries} exceeds the {len(x)} MNIST test images of digit {query_class}; give "
+                         f"at most {len(x)}, or 0 for all of them.")
+    count = len(x) if n_queries == 0 else n_queries
     return x[:count], torch.arange(count)
 
 
@@ -56,7 +69,11 @@ def validation_queries(pair: tuple[int, int], n_queries: int = 200) -> torch.Ten
     query_class, _ = check_pair(pair)
     if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
         raise InputError(f"n_queries must be an int >= 1, got {n_queries!r}.")
-    return load_mnist("train", digits=(query_class,))[0][-n_queries:]
+    x = load_mnist("train", digits=(query_class,))[0]
+    if n_queries > len(x):
+        raise InputError(f"n_queries {n_queries} exceeds the {len(x)} MNIST training images of digit {query_class}; "
+                         f"give at most {len(x)}.")
+    return x[-n_queries:]
 
 
 def reference_images(target: int) -> torch.Tensor:

@@ -11,7 +11,8 @@ from typing import Any
 
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
 from .errors import CfkitError, InputError, ParameterError
-from .evaluation import parse_pairs
+from .data import OFFICIAL_COUNTS
+from .evaluation import parse_pairs, query_ceiling
 from .methods import catalog
 from .methods.ldce import LDCEConfig
 
@@ -40,12 +41,16 @@ def check_values(notebook: str, values: dict[str, Any]) -> None:
         try:
             parse_pairs(values["pairs"])
         except ValueError as exc:  # InputError, or int() of a class that is not a number
-            raise ParameterError(f"parameter 'pairs' of {notebook}: {str(exc).rstrip('.')}; give comma-separated "
-                                 "query->target pairs of distinct digits 0-9, e.g. -p pairs '4->9,3->8'.") from None
+            problem = str(exc).rstrip(".")
+            fix = "" if "; give " in problem else ("; give comma-separated query->target pairs of distinct digits "
+                                                   "0-9, e.g. -p pairs '4->9,3->8'")  # unless it names its own fix
+            raise ParameterError(f"parameter 'pairs' of {notebook}: {problem}{fix}.") from None
     for name, least in COUNTS.items():
         value = values.get(name)
         if isinstance(value, int) and value < least:  # a value of another type is check_parameters' to refuse
             raise ParameterError(f"parameter {name!r} of {notebook} must be an int >= {least}, got {value!r}.")
+    if "pairs" in values:
+        _check_ceilings(notebook, values)
     if "classifier" in values:
         _check_classifier(notebook, values)
     config = notebook_configs().get(notebook)
@@ -56,6 +61,24 @@ def check_values(notebook: str, values: dict[str, Any]) -> None:
         except InputError as exc:  # its message starts with the field's name, which is the parameter's
             named = [name for name in knobs if str(exc).startswith(f"{name} ")] or list(knobs)
             raise ParameterError(f"parameter {', '.join(map(repr, named))} of {notebook}: {exc}") from None
+
+
+QUERY_SPLITS = {"n_queries": ("test", "test images"), "ablation_queries": ("train", "training (validation) images")}
+"""Counts of query images a pair, with the MNIST split they are drawn from: none may exceed what the split has."""
+
+
+def _check_ceilings(notebook: str, values: dict[str, Any]) -> None:
+    """Refuse more queries a pair than the pairs' query classes have images (the official MNIST counts)."""
+    for name, (split, images) in QUERY_SPLITS.items():
+        value = values.get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        ceiling = query_ceiling(values["pairs"], split)
+        if value > ceiling:
+            fewest = min(parse_pairs(values["pairs"]), key=lambda pair: OFFICIAL_COUNTS[split][pair[0]])[0]
+            raise ParameterError(f"parameter {name!r} of {notebook}: {value} exceeds the {ceiling} MNIST {images} of "
+                                 f"digit {fewest}, a query class of pairs {values['pairs']!r}; give at most {ceiling}"
+                                 + (" (0 means all of them)." if split == "test" else "."))
 
 
 def _check_classifier(notebook: str, values: dict[str, Any]) -> None:

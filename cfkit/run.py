@@ -103,6 +103,45 @@ def parse_cli_parameters(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
     return values
 
 
+PATH_PARAMETERS = ("classifier_state", "pair_dir", "runs_dir", "study_csv", "figure", "out_dir")
+"""Parameters whose (non-empty) value is a path; ``classifier`` is one too when it names an existing file."""
+
+
+def absolute_paths(parameters: dict[str, Any], base: str | Path | None = None) -> dict[str, Any]:
+    """The given parameters with relative paths made absolute against ``base`` (default the caller's folder).
+
+    A kernel runs in notebooks/, so a path the user typed relative to their own folder would point elsewhere
+    there. Only given values are touched: a notebook's own defaults ("../runs/…") stay relative to notebooks/.
+    ``classifier`` is rewritten only when it names an existing file (a zoo name or package.module:factory is not).
+    """
+    base = Path(base or Path.cwd())
+    resolved = dict(parameters)
+    for key, value in parameters.items():
+        if not isinstance(value, (str, Path)) or not str(value).strip() or Path(value).is_absolute():
+            continue
+        if key in PATH_PARAMETERS or (key == "classifier" and (base / value).is_file() and not _zoo_name(value)):
+            resolved[key] = str((base / value).resolve())
+    return resolved
+
+
+def _zoo_name(value: str | Path) -> bool:
+    """Whether ``value`` names a zoo model, which load_classifier takes before a file of that name."""
+    from .zoo.checkpoints import names  # lazy: kernels import this module for record()
+
+    return str(value).strip() in names()
+
+
+def _kernel_error(notebook: str, output: Path, exc: Exception) -> Exception | None:
+    """The cfkit error a kernel raised (papermill's ``ename``/``evalue``) as that class, in one line; else None."""
+    from . import errors
+
+    error_class = getattr(errors, str(getattr(exc, "ename", "")), None)
+    if not (isinstance(error_class, type) and issubclass(error_class, errors.CfkitError)):
+        return None
+    message = " ".join(str(getattr(exc, "evalue", "")).split())
+    return error_class(f"{notebook} stopped: {message} (executed notebook: {output})")
+
+
 def run_notebook(
     name: str | Path, parameters: dict[str, Any] | None = None, out_dir: str | Path | None = None,
     progress: bool = False,
@@ -115,7 +154,7 @@ def run_notebook(
     import papermill  # lazy, as in notebook_parameters
 
     path = notebook_path(name)
-    parameters = dict(parameters or {})
+    parameters = absolute_paths(parameters or {})
     out_dir = Path(out_dir or RUNS_DIR / path.stem).resolve()
     spec = notebook_parameters(path)
     if "out_dir" in spec:
@@ -126,10 +165,16 @@ def run_notebook(
     check_values(path.stem, {**literal_defaults(spec), **parameters})
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / path.name
-    papermill.execute_notebook(
-        str(path), str(output), parameters=parameters, cwd=str(path.parent), kernel_name="python3",
-        progress_bar=progress, log_output=False,
-    )
+    try:
+        papermill.execute_notebook(
+            str(path), str(output), parameters=parameters, cwd=str(path.parent), kernel_name="python3",
+            progress_bar=progress, log_output=False,
+        )
+    except papermill.PapermillExecutionError as exc:  # a cfkit error in a cell: its one line, as a check gives
+        error = _kernel_error(path.stem, output, exc)
+        if error is None:
+            raise
+        raise error from None
     return output
 
 

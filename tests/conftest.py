@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import papermill
 import pytest
 import torch
 
@@ -58,3 +59,11 @@ class Scale(torch.nn.Module):
 @pytest.fixture
 def scale():
     return Scale
+
+
+@pytest.fixture
+def no_kernel(monkeypatch) -> list[str]:
+    """papermill.execute_notebook replaced: the notebooks it was asked to run, and no kernel."""
+    started: list[str] = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda path, *args, **kwargs: started.append(path))
+    return started

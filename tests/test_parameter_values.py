@@ -6,21 +6,12 @@ import subprocess
 import sys
 from dataclasses import fields
 
-import papermill
 import pytest
 
 from cfkit.errors import ParameterError
 from cfkit.parameter_values import notebook_configs
 from cfkit.paths import NOTEBOOK_DIR
 from cfkit.run import notebook_parameters, run_notebook
-
-
-@pytest.fixture
-def no_kernel(monkeypatch) -> list[str]:
-    """papermill.execute_notebook replaced: the notebooks it was asked to run, and no kernel."""
-    started: list[str] = []
-    monkeypatch.setattr(papermill, "execute_notebook", lambda path, *args, **kwargs: started.append(path))
-    return started
 
 
 def test_cli_refuses_a_pair_with_one_digit_in_one_line_before_any_kernel(tmp_path) -> None:
