@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .data import load_mnist
+from .devices import resolve_device
 from .errors import CheckpointError, InputError
 from .fingerprint import fingerprint
 from .zoo.checkpoints import load, names
@@ -38,6 +39,7 @@ FORMS = ("a zoo name such as 'classifier', a TorchScript file (torch.jit.save), 
 def load_classifier(spec: str | Path | nn.Module = DEFAULT, weights: str | Path | None = None,
                     device: str | torch.device = "cpu") -> nn.Module:
     """The classifier ``spec`` names, checked (:func:`check_classifier`) and in eval mode on ``device``."""
+    device = resolve_device(device)
     if isinstance(spec, nn.Module):
         model = spec
     elif not isinstance(spec, (str, Path)) or not str(spec).strip():

@@ -17,6 +17,10 @@ class QualityError(CfkitError, RuntimeError):
     """A freshly trained model missed its quality threshold, so it was not registered in the zoo."""
 
 
+class OutputError(CfkitError, OSError):
+    """An output folder that cannot be created or written to, or a full disk."""
+
+
 class InputError(CfkitError, ValueError):
     """Images, labels or class ids that the kit cannot work with."""
 

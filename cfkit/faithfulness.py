@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .data import PAIRS, load_mnist, pair_name
+from .devices import resolve_device
 from .errors import InputError
 from .evaluation import compare_settings, parse_pairs, protocol_queries, reference_images
 from .methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
@@ -186,6 +187,7 @@ def run_study(settings: Iterable[Setting], pairs: str | Iterable = PAIRS, n_quer
               log: Callable[[str], None] | None = print, csv_path: str | Path | None = None) -> list[dict]:
     """:func:`score_setting` for every setting; prints one line a setting as it finishes and, with ``csv_path``,
     rewrites the CSV after each (a run stopped early keeps what it finished)."""
+    resolve_device(device)  # a missing GPU is one line before any model loads
     models = models or MetricModels.from_zoo(inception=False)
     rows = []
     for setting in settings:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import MissingResultsError, ParameterError
 from .parameter_values import check_values
-from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_json
+from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_json, make_folder
 from .profiling import phases
 
 RECORD_FILE = "metrics.json"
@@ -163,7 +163,7 @@ def run_notebook(
         parameters.setdefault("interactive", False)
     check_parameters(path, parameters)
     check_values(path.stem, {**literal_defaults(spec), **parameters})
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir)  # an unwritable --out is one line before any kernel starts
     output = out_dir / path.name
     try:
         papermill.execute_notebook(

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from ..batching import INFERENCE_BATCH
 from ..classifiers import check_classifier, fingerprint
+from ..devices import resolve_device
 from ..errors import InputError
 from ..profiling import phase
 from ..threads import follow_share
@@ -54,7 +55,7 @@ class CounterfactualMethod:
 
     def __init__(self, classifier: nn.Module, batch_size: int = 256, device: str | torch.device | None = None,
                  progress: bool = False) -> None:
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(device)
         self.classifier = classifier.to(self.device).eval()
         check_classifier(self.classifier, f"the classifier given to {type(self).__name__}")
         self.batch_size = batch_size

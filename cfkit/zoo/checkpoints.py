@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..data import PAIRS, sha256_file
+from ..devices import resolve_device
 from ..errors import CheckpointError, InputError, QualityError
 from ..fingerprint import fingerprint
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
@@ -176,7 +177,7 @@ def read_manifest(directory: str | Path | None = None) -> dict[str, dict]:
 
 def load(name: str, directory: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """Load a shipped model, verified against the manifest, in eval mode with frozen weights."""
-    return _load_cached(name, str(Path(directory or CHECKPOINT_DIR).resolve()), str(device))
+    return _load_cached(name, str(Path(directory or CHECKPOINT_DIR).resolve()), str(resolve_device(device)))
 
 
 @lru_cache(maxsize=32)
@@ -263,7 +264,7 @@ def train(
     command names it), into a ``directory`` of the caller's, never the shipped zoo's.
     """
     spec = get_spec(name)
-    overrides = {"device": device, **({} if epochs is None else {"epochs": epochs})}
+    overrides = {"device": str(resolve_device(device)), **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
     _check_classifier_override(spec, classifier, directory)
     directory = Path(directory or CHECKPOINT_DIR)

@@ -1,0 +1,31 @@
+"""Where tensors live: the device a user names, checked before torch gives its driver error."""
+from __future__ import annotations
+
+import torch
+
+from .errors import InputError
+
+FIX = "leave device unset (the CPU) or run on a machine with a GPU"
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` as a ``torch.device``: None is the best one here (CUDA when available, else the CPU); a CUDA or
+    MPS device this machine does not have is an :class:`InputError` that says what to do."""
+    if device is None or device == "":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"device {device!r} is not a device torch knows: use 'cpu', 'cuda' or leave it "
+                         "unset.") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {str(device)!r} is not available here (torch.cuda.is_available() is False): "
+                             f"{FIX}.")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise InputError(f"device {str(device)!r} is not available here (this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)): {FIX}.")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {str(device)!r} is not available here (torch.backends.mps.is_available() is "
+                         f"False): {FIX}.")
+    return resolved
