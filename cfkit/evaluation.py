@@ -44,9 +44,14 @@ def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
     return parsed
 
 
+def fewest_query_class(pairs: str | Iterable, split: str = "test") -> int:
+    """The query class of ``pairs`` with the fewest images in ``split`` (the official MNIST counts)."""
+    return min((query for query, _ in parse_pairs(pairs)), key=OFFICIAL_COUNTS[split].__getitem__)
+
+
 def query_ceiling(pairs: str | Iterable, split: str = "test") -> int:
     """The most queries per pair that every pair's query class has in ``split`` (the official MNIST counts)."""
-    return min(OFFICIAL_COUNTS[split][query] for query, _ in parse_pairs(pairs))
+    return OFFICIAL_COUNTS[split][fewest_query_class(pairs, split)]
 
 
 def protocol_queries(pair: tuple[int, int], n_queries: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,8 +11,7 @@ from typing import Any
 
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER, fingerprint, load_classifier
 from .errors import CfkitError, InputError, ParameterError
-from .data import OFFICIAL_COUNTS
-from .evaluation import parse_pairs, query_ceiling
+from .evaluation import fewest_query_class, parse_pairs, query_ceiling
 from .methods import catalog
 from .methods.ldce import LDCEConfig
 
@@ -75,7 +74,7 @@ def _check_ceilings(notebook: str, values: dict[str, Any]) -> None:
             continue
         ceiling = query_ceiling(values["pairs"], split)
         if value > ceiling:
-            fewest = min(parse_pairs(values["pairs"]), key=lambda pair: OFFICIAL_COUNTS[split][pair[0]])[0]
+            fewest = fewest_query_class(values["pairs"], split)
             raise ParameterError(f"parameter {name!r} of {notebook}: {value} exceeds the {ceiling} MNIST {images} of "
                                  f"digit {fewest}, a query class of pairs {values['pairs']!r}; give at most {ceiling}"
                                  + (" (0 means all of them)." if split == "test" else "."))

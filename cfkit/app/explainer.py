@@ -32,7 +32,7 @@ from ..methods import catalog
 from ..methods.base import CounterfactualMethod, PerPairMethod
 from ..metrics import MetricModels, per_image_ratios
 from ..paths import CHECKPOINT_DIR, RESULTS_DIR
-from ..zoo.checkpoints import read_manifest
+from ..zoo.checkpoints import parse_pair_name, read_manifest
 
 PANEL_COLUMNS = ("validity", "oracle_agreement", "proximity", "im1_calibrated")
 """The table's columns each panel shows, computed by the columns' own score functions on the one image."""
@@ -118,11 +118,9 @@ def trained_pairs(family: str, pair_dir: str | Path | None = None) -> list[tuple
     folder = Path(pair_dir or CHECKPOINT_DIR)
     pairs = []
     for name in read_manifest(folder):
-        head, _, rest = name.partition("_")
-        digits = rest.split("_")
-        trained = len(digits) == 2 and all(d.isdigit() for d in digits) and (folder / f"{name}.pt").is_file()
-        if head == family and trained:
-            pairs.append((int(digits[0]), int(digits[1])))
+        parsed = parse_pair_name(name)
+        if parsed is not None and parsed[0] == family and (folder / f"{name}.pt").is_file():
+            pairs.append(parsed[1])
     return pairs
 
 

@@ -80,12 +80,18 @@ def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
     return PAIR_FAMILIES[family](check_pair(pair))
 
 
-def _parse_pair_name(name: str) -> ModelSpec | None:
+def parse_pair_name(name: str) -> tuple[str, tuple[int, int]] | None:
+    """``c3lt_4_9`` -> ("c3lt", (4, 9)); None for a name that is no pair family's model."""
     family, _, rest = name.partition("_")
     parts = rest.split("_")
     if family in PAIR_FAMILIES and len(parts) == 2 and all(p.isdigit() and len(p) == 1 for p in parts):
-        return pair_spec(family, (int(parts[0]), int(parts[1])))
+        return family, (int(parts[0]), int(parts[1]))
     return None
+
+
+def _parse_pair_name(name: str) -> ModelSpec | None:
+    parsed = parse_pair_name(name)
+    return None if parsed is None else pair_spec(*parsed)
 
 
 def diffusion_specs() -> list[ModelSpec]:
