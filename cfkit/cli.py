@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .errors import CfkitError
+from .errors import CfkitError, ParameterError
 
 
 def _cmd_data(args: argparse.Namespace) -> None:
@@ -115,13 +115,22 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> None:
-    from .reproduce import reproduce
-    from .run import absolute_paths
+    from .reproduce import for_every_notebook, reproduce, reproduce_order
+    from .run import absolute_paths, parse_cli_parameters
 
     start = time.perf_counter()  # the classifier's files are given relative to this folder, the kernels run elsewhere
     given = absolute_paths({"classifier": args.classifier, "classifier_state": args.classifier_state})
+    values = absolute_paths(parse_cli_parameters(args.parameter or []))
+    notebooks = None
+    if args.notebooks:
+        unknown = [nb for nb in args.notebooks if nb not in reproduce_order()]
+        if unknown:
+            raise ParameterError(f"--notebooks: {', '.join(unknown)} not in the reproduction; its notebooks are "
+                                 f"{', '.join(reproduce_order())}.")
+        notebooks = [nb for nb in reproduce_order() if nb in args.notebooks]  # the reproduction's order
+    parameters = for_every_notebook(notebooks or reproduce_order(), values) if values else None
     print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=given["classifier"],
-                    classifier_state=given["classifier_state"]))
+                    classifier_state=given["classifier_state"], parameters=parameters, notebooks=notebooks))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
@@ -186,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pair", type=int, nargs=2, metavar=("QUERY", "TARGET"), default=None,
                    help="with c3lt or expgan: the one pair to train (default: the protocol's three)")
     p.add_argument("--classifier", default=None,
-                   help="with c3lt or expgan: train against this classifier (a TorchScript file, or "
+                   help="with c3lt or expgan: train against this classifier (a .pt2 or TorchScript file, or "
                         "package.module:factory with --classifier-state) instead of the shipped one; needs --out")
     p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
     p.add_argument("--out", default=None, help="folder for the trained models and their manifest (default: the "
@@ -263,9 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=1,
                    help="notebooks to run at once, each on cores/jobs torch threads (default 1)")
     p.add_argument("--classifier", default=None,
-                   help="explain another classifier (a TorchScript file, or package.module:factory with "
-                        "--classifier-state); needs --runs and --results, leaves out the per-pair methods")
+                   help="explain another classifier (a torch.export .pt2 file, a TorchScript file, or "
+                        "package.module:factory with --classifier-state); needs --runs and --results; leaves out the "
+                        "per-pair methods and any method that cannot explain it, with the reason")
     p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a parameter for every notebook that has it, over the protocol's (e.g. -p n_queries 5 for a "
+                        "quick look); needs --runs and --results; every value is checked before the first notebook")
+    p.add_argument("--notebooks", nargs="+", default=None, metavar="NOTEBOOK",
+                   help="only these notebooks of the reproduction, in its order (e.g. 01_adversarial 10_metrics)")
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--results", default=None, help="results folder (default results/)")
     p.set_defaults(func=_cmd_reproduce)
@@ -274,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "address; Ctrl-C stops it")
     p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--classifier", default=None,
-                   help="explain another classifier: a zoo name, a TorchScript file, or package.module:factory with "
+                   help="explain another classifier: a zoo name, a .pt2 or TorchScript file, or package.module:factory with "
                         "--classifier-state (per-pair methods are then greyed out unless --pair-dir has theirs)")
     p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
     p.add_argument("--pair-dir", default=None,

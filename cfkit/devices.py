@@ -1,7 +1,9 @@
-"""Where tensors live: the device a user names, checked before torch gives its driver error."""
+"""Where tensors live: the device a user names, checked before torch gives its driver error; and a model put in
+eval mode whatever file it came from."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from .errors import InputError
 
@@ -29,3 +31,12 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         raise InputError(f"device {str(device)!r} is not available here (torch.backends.mps.is_available() is "
                          f"False): {FIX}.")
     return resolved
+
+
+def in_eval_mode(model: nn.Module) -> nn.Module:
+    """``model.eval()``; a ``torch.export`` module cannot switch modes (its mode was fixed when it was exported, and
+    :func:`cfkit.classifiers.check_classifier` refuses one exported in training mode), so it is returned as it is."""
+    try:
+        return model.eval()
+    except NotImplementedError:  # torch.export's modules: "Calling eval() is not supported yet."
+        return model

@@ -81,13 +81,18 @@ def _check_ceilings(notebook: str, values: dict[str, Any]) -> None:
 
 
 def _check_classifier(notebook: str, values: dict[str, Any]) -> None:
-    """Load the classifier the notebook would explain: a missing file or a model without 10 logits fails here, and
-    so does a per-pair method's notebook asked to explain another classifier with the shipped pair models."""
+    """Load the classifier the notebook would explain: a missing file, a model without 10 logits, or one the
+    notebook's method cannot explain (CVE and a model it cannot split, say) fails here, and so does a per-pair
+    method's notebook asked to explain another classifier with the shipped pair models."""
     try:
         model = load_classifier(values["classifier"], values.get("classifier_state") or None)
     except CfkitError as exc:
         message = " ".join(str(exc).split())  # one line, whatever torch put in it
         raise ParameterError(f"parameter 'classifier' of {notebook}: {message}") from None
+    for entry in catalog.entries():
+        reason = catalog.cannot_explain(entry, model) if entry.notebook == notebook and not entry.reference else None
+        if reason is not None:
+            raise ParameterError(f"parameter 'classifier' of {notebook}: {entry.label} cannot explain it: {reason}")
     per_pair = {entry.notebook: entry.name for entry in catalog.entries() if entry.per_pair}
     shipped = values["classifier"] == DEFAULT_CLASSIFIER or fingerprint(model) == fingerprint(load_classifier())
     if notebook in per_pair and not shipped and not values.get("pair_dir") and not values.get("retrain"):

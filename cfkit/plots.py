@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from . import columns as table_columns
 from .methods import catalog
+from .methods.cve import tile_starts
 from .paths import atomic_write_bytes
 
 
@@ -163,22 +164,26 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
 
 
 def swapped_cells(x: torch.Tensor, distractor: torch.Tensor, x_cf: torch.Tensor, swaps: torch.Tensor,
-                  width: int = 4, tile: int = 7) -> Figure:
+                  grid: tuple[int, int] = (4, 4)) -> Figure:
     """CVE: the query, the distractor and the counterfactual, with each swapped cell outlined and numbered
-    in the order the greedy search took it (query cell on the query, distractor cell on the distractor)."""
+    in the order the greedy search took it (query cell on the query, distractor cell on the distractor); ``grid``:
+    the feature map's cells (the result's ``extras["grid"]``), which tile the image."""
     from matplotlib.patches import Rectangle
 
     fig = image_rows({"query": x, "distractor": distractor, "counterfactual": x_cf}, size=1.5)
     axes = fig.axes
     n = len(x)
+    height, width = grid
+    rows, cols = tile_starts(height, x.shape[-2]).tolist(), tile_starts(width, x.shape[-1]).tolist()
     for k in range(n):
         for order, (i, j) in enumerate(swaps[k].tolist(), start=1):
             if i < 0:
                 break
             for ax, cell in ((axes[k], i), (axes[n + k], j)):
                 r, c = divmod(cell, width)
-                ax.add_patch(Rectangle((c * tile - 0.5, r * tile - 0.5), tile, tile, fill=False, color="tab:red", lw=1))
-                ax.text(c * tile + 1, r * tile + 3, str(order), color="yellow", fontsize=5)
+                ax.add_patch(Rectangle((cols[c] - 0.5, rows[r] - 0.5), cols[c + 1] - cols[c], rows[r + 1] - rows[r],
+                                       fill=False, color="tab:red", lw=1))
+                ax.text(cols[c] + 1, rows[r] + 3, str(order), color="yellow", fontsize=5)
     return fig
 
 

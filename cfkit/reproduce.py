@@ -21,14 +21,16 @@ from typing import Any
 import torch
 
 from .classifiers import DEFAULT as DEFAULT_CLASSIFIER
-from .classifiers import load_classifier
+from .classifiers import fingerprint, load_classifier
 from .data import PAIRS, ensure_mnist
 from .errors import NotebookFailedError, ParameterError
 from .methods import catalog
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_json
 from .profiling import notebook_profile
 from .report import collect_table
-from .run import RECORD_FILE, child_command, literal_defaults, notebook_parameters, read_record, run_notebook
+from .parameter_values import check_values
+from .run import (RECORD_FILE, check_parameters, child_command, literal_defaults, notebook_parameters, read_record,
+                  run_notebook)
 from .scoring import inception_references
 from .threads import SHARE_VAR, cores, thread_limits, threads_per_job, write_share
 from .zoo.checkpoints import load, names
@@ -78,6 +80,29 @@ notebook not listed (a plugin's) runs at its own defaults."""
 def protocol_parameters(notebook: str | Path, given: dict[str, Any] | None = None) -> dict[str, Any]:
     """``notebook``'s parameters at the full protocol (:data:`PROTOCOL`) with ``given`` over them."""
     return {**PROTOCOL.get(Path(notebook).stem, {}), **(given or {})}
+
+
+def for_every_notebook(notebooks: Iterable[str], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``values`` (``cfkit reproduce -p NAME VALUE``) given to every notebook that has a parameter of that name; a
+    name no notebook has is an error."""
+    notebooks = list(notebooks)
+    spec = {nb: notebook_parameters(nb) for nb in notebooks}
+    for name in values:
+        if not any(name in spec[nb] for nb in notebooks):
+            raise ParameterError(f"no notebook of the reproduction has a parameter {name!r}; see the parameters "
+                                 "cell of each notebook (or `cfkit run NOTEBOOK -p NAME VALUE` for one of them).")
+    return {nb: {name: value for name, value in values.items() if name in spec[nb]} for nb in notebooks}
+
+
+def check_reproduction(parameters: dict[str, dict[str, Any]]) -> None:
+    """Refuse the reproduction before its first notebook starts if any notebook would refuse its parameters (names,
+    types and values, as ``cfkit run`` checks them)."""
+    for notebook, values in parameters.items():
+        try:
+            check_parameters(notebook, values)
+            check_values(notebook, {**literal_defaults(notebook_parameters(notebook)), **values})
+        except ParameterError as exc:
+            raise ParameterError(f"{' '.join(str(exc).split())} No notebook was started.") from None
 
 
 def runs_inception(notebook: str, parameters: dict[str, Any]) -> bool:
@@ -183,19 +208,31 @@ def _profile(notebook: str, out_dir: Path, wall: float) -> dict[str, float]:
     return notebook_profile(wall, out_dir / f"{notebook}.ipynb", timed)
 
 
+def _own_folders(runs_dir: Path, results_dir: Path, what: str) -> None:
+    """Refuse to write a reproduction that is not the protocol's over runs/ and results/, which hold the table."""
+    if runs_dir.resolve() == RUNS_DIR.resolve() or results_dir.resolve() == RESULTS_DIR.resolve():
+        raise ParameterError(f"{what} writes to folders of its own: give --runs and --results (not runs/ and "
+                             "results/, which hold the protocol's table for the zoo classifier).")
+
+
 def _for_classifier(notebooks: list[str], parameters: dict[str, dict[str, Any]], classifier: str,
                     state: str | None, runs_dir: Path, results_dir: Path, log: Any
                     ) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The notebooks and parameters of a reproduction for another classifier (see :func:`reproduce`)."""
-    if runs_dir.resolve() == RUNS_DIR.resolve() or results_dir.resolve() == RESULTS_DIR.resolve():
-        raise ParameterError("a reproduction for another classifier writes to folders of its own: give --runs and "
-                             "--results (not runs/ and results/, which hold the zoo classifier's).")
-    load_classifier(classifier, state)  # a wrong classifier fails here, before any notebook starts
-    per_pair = {entry.notebook for entry in catalog.entries() if entry.per_pair}
-    kept = [nb for nb in notebooks if nb not in per_pair]
-    for skipped in [nb for nb in notebooks if nb in per_pair]:
-        print(f"{skipped} left out: its per-pair models learn the zoo classifier (cfkit train … --classifier "
-              f"{classifier} --out DIR, then cfkit run {skipped} -p classifier … -p pair_dir DIR)", file=log)
+    _own_folders(runs_dir, results_dir, "a reproduction for another classifier")
+    model = load_classifier(classifier, state)  # a wrong classifier fails here, before any notebook starts
+    reasons = {}
+    zoo_weights = fingerprint(model) == fingerprint(load_classifier())  # the zoo's model in another file: its pairs fit
+    for entry in catalog.entries():
+        if entry.per_pair and not zoo_weights:
+            reasons[entry.notebook] = (f"its per-pair models learn the zoo classifier (cfkit train {entry.name} … "
+                                       f"--classifier {classifier} --out DIR, then cfkit run {entry.notebook} -p "
+                                       "classifier … -p pair_dir DIR)")
+        elif not entry.reference and (reason := catalog.cannot_explain(entry, model)) is not None:
+            reasons[entry.notebook] = f"{entry.label} cannot explain {classifier}: {reason}"
+    kept = [nb for nb in notebooks if nb not in reasons]
+    for skipped in [nb for nb in notebooks if nb in reasons]:
+        print(f"{skipped} left out: {reasons[skipped]}", file=log)
     given = {nb: dict(parameters.get(nb, {})) for nb in kept}
     for notebook in kept:
         if "classifier" in notebook_parameters(notebook):
@@ -214,9 +251,11 @@ def reproduce(
     (``results/notebooks/<notebook>.ipynb``); return the table.
 
     ``classifier`` (and its ``classifier_state``) explains another classifier than the zoo's
-    (:func:`cfkit.classifiers.load_classifier`): every notebook with a ``classifier`` parameter gets it, the
-    per-pair methods' notebooks are left out (their models learn the zoo classifier; train them with
-    ``cfkit train … --classifier``), and ``runs_dir`` and ``results_dir`` must be folders of its own.
+    (:func:`cfkit.classifiers.load_classifier`): every notebook with a ``classifier`` parameter gets it; before the
+    first starts, each method is built for it, and a method that cannot explain it is left out with the reason
+    (:func:`cfkit.methods.catalog.cannot_explain`), as are the per-pair methods' notebooks (their models learn the
+    zoo classifier; train them with ``cfkit train … --classifier``); ``runs_dir`` and ``results_dir`` must be
+    folders of its own.
 
     ``jobs`` > 1 runs that many notebooks at once, a notebook starting once those it reads
     (:func:`reproduce_needs`) are done, each kernel on cores // (notebooks running with it) torch threads
@@ -228,7 +267,9 @@ def reproduce(
     log = log or sys.stderr
     runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
     notebooks, given = list(reproduce_order() if notebooks is None else notebooks), dict(parameters or {})
-    full_size = not given and classifier is None  # every notebook at the protocol, for the zoo classifier
+    full_size = not any(given.values()) and classifier is None  # every notebook at the protocol, for the zoo classifier
+    if any(given.values()) and classifier is None:
+        _own_folders(runs_dir, results_dir, "a reproduction with other parameter values")
     if classifier is not None:
         notebooks, given = _for_classifier(notebooks, given, classifier, classifier_state, runs_dir, results_dir, log)
     parameters = {nb: protocol_parameters(nb, given.get(nb)) for nb in notebooks}
@@ -236,6 +277,7 @@ def reproduce(
     for notebook in needs:  # the scoring notebook reads the sets where this reproduction writes them
         if notebook in notebooks:
             parameters[notebook] = {"runs_dir": str(runs_dir.resolve()), **parameters.get(notebook, {})}
+    check_reproduction(parameters)
     threads: dict[str, int] = {}
     start = time.perf_counter()
 

@@ -266,8 +266,12 @@ def _send_result(sender: Any, run: Callable[..., dict], *args: Any) -> None:
     sender.close()
 
 
-def _run_on_cluster(notebook: str, points: list[Point], dirs: list[str], address: str, progress: bool) -> list[dict]:
-    """Submit every point to an existing Dask cluster; its workers need this repository and the out folder."""
+def _run_on_cluster(notebook: str, points: list[Point], dirs: list[str], address: str, progress: bool,
+                    run: Callable[..., dict] = run_point) -> list[dict]:
+    """Submit every point to an existing Dask cluster; its workers need this repository and the out folder.
+
+    A worker that dies mid-run is replaced by its nanny and Dask retries the point elsewhere; a point that kills
+    every worker it lands on becomes ``KilledWorker``, that row's error, and the other points still run."""
     from distributed import Client, as_completed
 
     hint = (f"a Dask scheduler must be running there: start one with `dask scheduler` and workers with "
@@ -281,7 +285,7 @@ def _run_on_cluster(notebook: str, points: list[Point], dirs: list[str], address
             client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise SchedulerError(f"the Dask scheduler at {address!r} has no workers; {hint}.") from exc
-        futures = client.map(run_point, [notebook] * len(points), [p.parameters for p in points], dirs, pure=False)
+        futures = client.map(run, [notebook] * len(points), [p.parameters for p in points], dirs, pure=False)
         return _collect(futures, as_completed(futures, loop=client.loop), progress)
 
 

@@ -11,7 +11,7 @@ from cfkit.methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialA
 from cfkit.methods.base import CounterfactualMethod, pair_groups
 from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cem import CEM, CEMConfig, target_margin
-from cfkit.methods.cve import CVE, CVE_KIT, CVE_REFERENCE, CVEConfig, paste_tiles
+from cfkit.methods.cve import CVE, CVE_KIT, CVE_REFERENCE, CVEConfig, paste_tiles, tile_starts
 from cfkit.methods.expgan import ExpGAN, ExpGANConfig
 from cfkit.parameter_values import notebook_configs
 from cfkit.zoo.checkpoints import load
@@ -125,7 +125,26 @@ def test_paste_tiles_against_a_loop() -> None:
     for n, cell, source in ((0, 5, 9), (1, 0, 15), (1, 15, 0)):
         r, c, sr, sc = cell // 4 * 7, cell % 4 * 7, source // 4 * 7, source % 4 * 7
         expected[n, :, r : r + 7, c : c + 7] = donor[n, :, sr : sr + 7, sc : sc + 7]
-    assert torch.equal(paste_tiles(x, donor, assignment, 4, 7), expected)
+    assert torch.equal(paste_tiles(x, donor, assignment, (4, 4)), expected)
+
+
+def test_paste_tiles_on_a_grid_that_does_not_divide_the_image() -> None:
+    """A 5x5 map tiles 28 pixels as 6+6+5+6+5 (pixel r in tile r*5//28); a 5-pixel tile pasted over a 6-pixel one
+    repeats its last pixel, a 6-pixel tile over a 5-pixel one loses its last."""
+    x, donor = torch.rand(1, 1, 28, 28), torch.rand(1, 1, 28, 28)
+    starts = tile_starts(5, 28).tolist()
+    assert starts == [0, 6, 12, 17, 23, 28]
+    assignment = torch.full((1, 25), -1)
+    assignment[0, 0], assignment[0, 12] = 12, 0  # the 6x6 tile of cell (0,0) and the 5x5 of cell (2,2) swap
+    expected = x.clone()
+    for cell, source in ((0, 12), (12, 0)):
+        r0, c0, sr0, sc0 = starts[cell // 5], starts[cell % 5], starts[source // 5], starts[source % 5]
+        for dr in range(starts[cell // 5 + 1] - r0):
+            for dc in range(starts[cell % 5 + 1] - c0):
+                sr = sr0 + min(dr, starts[source // 5 + 1] - sr0 - 1)
+                sc = sc0 + min(dc, starts[source % 5 + 1] - sc0 - 1)
+                expected[0, 0, r0 + dr, c0 + dc] = donor[0, 0, sr, sc]
+    assert torch.equal(paste_tiles(x, donor, assignment, (5, 5)), expected)
 
 
 def test_cve_swaps_cells_and_ends_at_most_at_the_distractor(fours) -> None:

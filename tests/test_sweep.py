@@ -101,7 +101,7 @@ def test_a_bad_value_anywhere_in_the_grid_stops_the_sweep_before_the_first_run(t
         build_grid(NOTEBOOK, {"pairs": ["4->9", "4->4"]}, {"n_queries": 4})
 
 
-def die_on_negative_radius(notebook: str, parameters: dict, out_dir: str, threads: int) -> dict:
+def die_on_negative_radius(notebook: str, parameters: dict, out_dir: str, threads: int | None = None) -> dict:
     """A stand-in for run_point (spawned by name) whose process kills itself on a negative radius."""
     if parameters["radius"] < 0:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -215,6 +215,18 @@ def test_sweep_on_a_dask_cluster(cluster, tmp_path, capsys) -> None:
     check_radius_rows(rows)
     assert all(column.startswith(f"{MEAN}/") for column in list(rows[0])[1:-3])
     assert (tmp_path / SWEEP_PNG).is_file() and str(tmp_path / SWEEP_CSV) in capsys.readouterr().out
+
+
+def test_a_point_that_kills_its_dask_workers_costs_only_its_own_row(cluster, tmp_path) -> None:
+    """On Dask a killed worker is restarted by its nanny and its point retried; the point that kills every worker
+    it lands on ends as KilledWorker in its own row, and the other points finish."""
+    points = [Point({"radius": r}, {"radius": r}, folder_name({"radius": r})) for r in (0.1, -1.0, 0.2)]
+    dirs = [str(tmp_path / p.folder) for p in points]
+    results = sweep._run_on_cluster(NOTEBOOK, points, dirs, cluster.scheduler_address, False,
+                                    run=die_on_negative_radius)
+    assert [r["numbers"].get(f"{MEAN}/validity") for r in results] == [0.1, None, 0.2]
+    assert results[1]["error"].startswith("worker failed: KilledWorker"), results[1]["error"]
+    assert gather(points, results, tmp_path).rows[1]["error"]
 
 
 def test_kernels_follow_the_share_of_cores_their_launcher_writes(tmp_path, monkeypatch) -> None:

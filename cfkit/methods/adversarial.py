@@ -53,6 +53,7 @@ ATTACK_KIT = AttackConfig(radius=0.3)
 
 class AdversarialAttack(CounterfactualMethod):
     name = "adv_attack"
+    needs_input_gradients = True
     config_type = AttackConfig
 
     def __init__(self, classifier: nn.Module, config: AttackConfig = AttackConfig(), **kwargs: Any) -> None:

@@ -16,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..batching import INFERENCE_BATCH
-from ..classifiers import check_classifier, fingerprint
+from ..classifiers import check_classifier, check_input_gradients, fingerprint, in_eval_mode
 from ..devices import resolve_device
 from ..errors import InputError
 from ..profiling import phase
@@ -47,17 +47,21 @@ class CounterfactualMethod:
 
     ``source`` defaults to the classifier's prediction on ``x``; a target equal to the source is an
     error. Subclasses set ``name`` and implement ``_explain_batch``; the classifier is checked (10 logits for
-    (N, 1, 28, 28) images in [0, 1]) when the method is built.
+    (N, 1, 28, 28) images in [0, 1], and a usable input gradient where ``needs_input_gradients``) when the method is
+    built, so a classifier a method cannot explain is refused before any work.
     """
 
     name = "method"
     config_type: type | None = None  # the method's knob dataclass, when it has one
+    needs_input_gradients = False  # True: it follows the classifier's gradient w.r.t. the image (checked when built)
 
     def __init__(self, classifier: nn.Module, batch_size: int = 256, device: str | torch.device | None = None,
                  progress: bool = False) -> None:
         self.device = resolve_device(device)
-        self.classifier = classifier.to(self.device).eval()
+        self.classifier = in_eval_mode(classifier.to(self.device))
         check_classifier(self.classifier, f"the classifier given to {type(self).__name__}")
+        if self.needs_input_gradients:
+            check_input_gradients(self.classifier, f"the classifier given to {type(self).__name__}")
         self.batch_size = batch_size
         self.progress = progress
         self._fingerprint: str | None = None

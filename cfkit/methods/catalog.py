@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import InputError
+from ..errors import CfkitError, InputError
 from ..zoo.checkpoints import load
 from .adversarial import ATTACK_KIT, AdversarialAttack, AttackConfig
 from .base import CounterfactualMethod
@@ -112,6 +112,19 @@ def get(name: str) -> MethodEntry:
         raise InputError(f"unknown method {name!r}; the catalog knows {', '.join(_ENTRIES)}. A new method is "
                          "registered with cfkit.methods.catalog.register (README: How to add a method).")
     return _ENTRIES[name]
+
+
+def cannot_explain(entry: MethodEntry, classifier: nn.Module) -> str | None:
+    """Why ``entry``'s method cannot explain ``classifier`` (the error of building it at its notebook's settings: a
+    model CVE cannot split, one without an input gradient, …), or None when it can. A per-pair method's models are
+    not looked at: they are trained for one classifier (``cfkit train … --classifier``)."""
+    if entry.per_pair:
+        return None
+    try:
+        entry.make(classifier)
+    except CfkitError as exc:
+        return " ".join(str(exc).split())
+    return None
 
 
 def labels() -> dict[str, str]:

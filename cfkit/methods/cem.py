@@ -82,6 +82,7 @@ def hinge_margin(logits: torch.Tensor, target: torch.Tensor, source: torch.Tenso
 
 class CEM(CounterfactualMethod):
     name = "cem"
+    needs_input_gradients = True
     config_type = CEMConfig
 
     def __init__(self, classifier: nn.Module, autoencoder: nn.Module, config: CEMConfig = CEMConfig(),

@@ -1,12 +1,14 @@
 """CVE: counterfactual visual explanations by swapping feature-map cells (Goyal et al., ICML 2019).
 
-Split the classifier into its convolutional part f and head g. For a query x and a distractor x_d
+Split the classifier into its convolutional part f and head g (:func:`.feature_split.split_classifier`: the
+model's ``.features``/``.head``, or found in an ``nn.Sequential`` or its torch.export/fx graph). For a query x and a distractor x_d
 (a correctly classified training image of the target class, by default the nearest to x in f's
 space), greedily replace cells of f(x) — spatial positions of the last feature map — by cells of
 f(x_d), each step taking the (query cell, distractor cell) pair that most raises log p(target),
 each cell used once, until the head says the target. The image counterfactual pastes the
 distractor's patch of every swapped cell into the query: the 28×28 image is tiled like the 4×4
-feature map (7×7 tiles), and each tile lies inside its cell's 16×16 receptive field. By default
+feature map (7×7 tiles), and each tile lies inside its cell's 16×16 receptive field (another classifier's
+H×W map tiles the image into H×W near-equal tiles). By default
 (``stop="image"``) the greedy search goes on until that pasted image, too, is classified as the
 target (or no cell is left); ``stop="features"`` is Goyal et al.'s rule: stop as soon as the head
 says the target for the composite feature map, whatever the pasted image is classified as.
@@ -27,8 +29,8 @@ from torch import nn
 
 from ..batching import INFERENCE_BATCH
 from ..data import load_mnist
-from ..errors import InputError
 from .base import CounterfactualMethod
+from .feature_split import split_classifier
 from .knobs import one_of, positive
 
 
@@ -58,19 +60,36 @@ CVE_KIT = CVEConfig(cells="aligned", stop="image")
 distractor cell) pair, stopped when the classifier's decision for the composite feature map is the target."""
 
 
-def paste_tiles(x: torch.Tensor, donor: torch.Tensor, assignment: torch.Tensor, width: int, tile: int) -> torch.Tensor:
+def tile_starts(cells: int, size: int) -> torch.Tensor:
+    """First pixel of each of ``cells`` near-equal tiles of ``size`` pixels, and ``size`` last (pixel r lies in tile
+    ``r * cells // size``); with ``cells`` dividing ``size`` the tiles are equal."""
+    return -(-torch.arange(cells + 1) * size // cells)
+
+
+def paste_tiles(x: torch.Tensor, donor: torch.Tensor, assignment: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """Compose images: the tile of query cell i shows the donor's tile of cell ``assignment[:, i]`` (−1: keep x).
 
-    One gather for the whole batch: every pixel looks up which donor pixel, if any, replaces it.
+    The image is tiled like the ``grid`` (height, width) feature map. One gather for the whole batch: every pixel
+    looks up which donor pixel, if any, replaces it (at its offset in its tile, clipped to the donor tile's size).
     """
-    size = x.shape[-1]
-    r = torch.arange(size, device=x.device)
-    cell_of_pixel = (r[:, None] // tile) * width + r[None, :] // tile  # (size, size)
-    source_cell = assignment[:, cell_of_pixel]  # (n, size, size)
-    source_row = (source_cell.clamp(min=0) // width) * tile + (r % tile)[None, :, None]
-    source_col = (source_cell.clamp(min=0) % width) * tile + (r % tile)[None, None, :]
-    gathered = donor.flatten(1).gather(1, (source_row * size + source_col).flatten(1)).view_as(x)
+    height, width = grid
+    rows, cols = x.shape[-2:]
+    row_cell, row_offset, row_start, row_length = _tiling(height, rows, x.device)
+    col_cell, col_offset, col_start, col_length = _tiling(width, cols, x.device)
+    source_cell = assignment[:, row_cell[:, None] * width + col_cell[None, :]]  # (n, rows, cols)
+    source_cell_row, source_cell_col = source_cell.clamp(min=0) // width, source_cell.clamp(min=0) % width
+    source_row = row_start[source_cell_row] + torch.minimum(row_offset[None, :, None], row_length[source_cell_row] - 1)
+    source_col = col_start[source_cell_col] + torch.minimum(col_offset[None, None, :], col_length[source_cell_col] - 1)
+    gathered = donor.flatten(1).gather(1, (source_row * cols + source_col).flatten(1)).view_as(x)
     return torch.where((source_cell >= 0)[:, None], gathered, x)
+
+
+def _tiling(cells: int, size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Each pixel's tile and its offset in it, then each tile's first pixel and length: ``cells`` near-equal tiles."""
+    starts = tile_starts(cells, size).to(device)
+    pixel = torch.arange(size, device=device)
+    cell = pixel * cells // size
+    return cell, pixel - starts[cell], starts[:-1], starts[1:] - starts[:-1]
 
 
 class CVE(CounterfactualMethod):
@@ -79,9 +98,9 @@ class CVE(CounterfactualMethod):
 
     def __init__(self, classifier: nn.Module, config: CVEConfig = CVEConfig(), batch_size: int = 64,
                  **kwargs: Any) -> None:
-        if not (hasattr(classifier, "features") and hasattr(classifier, "head")):
-            raise InputError("CVE needs a classifier split into .features (convolutional) and .head.")
         super().__init__(classifier, batch_size=batch_size, **kwargs)
+        self.split = split_classifier(self.classifier)  # refuses, with the ways out, a model it cannot split
+        self.features, self.head = self.split.features, self.split.head
         self.config = config
         self._pools: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -90,8 +109,8 @@ class CVE(CounterfactualMethod):
         if digit not in self._pools:
             images = load_mnist("train", digits=(digit,))[0].to(self.device)
             with torch.inference_mode():
-                maps = torch.cat([self.classifier.features(c) for c in images.split(INFERENCE_BATCH)])
-                keep = self.classifier.head(maps).argmax(1) == digit
+                maps = torch.cat([self.features(c) for c in images.split(INFERENCE_BATCH)])
+                keep = self.head(maps).argmax(1) == digit
             self._pools[digit] = images[keep], maps[keep]
         return self._pools[digit]
 
@@ -117,9 +136,9 @@ class CVE(CounterfactualMethod):
 
     def _search(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(x)
-        query_maps = self.classifier.features(x)
+        query_maps = self.features(x)
         _, channels, height, width = query_maps.shape
-        cells, tile = height * width, x.shape[-1] // height
+        cells = height * width
         distractor, distractor_maps, chosen = self._distractors(query_maps, target)
         current = query_maps.flatten(2).clone()  # (n, C, cells)
         donor = distractor_maps.flatten(2)
@@ -138,7 +157,7 @@ class CVE(CounterfactualMethod):
             keep = current[active][:, None, None] * (1 - eye)[None, :, None, None, :]
             put = donor[active].transpose(1, 2)[:, None, :, :, None] * eye[None, :, None, None, :]
             candidates = (keep + put).reshape(-1, channels, height, width)
-            logp = self.classifier.head(candidates).log_softmax(1).view(len(active), cells, cells, -1)
+            logp = self.head(candidates).log_softmax(1).view(len(active), cells, cells, -1)
             score = logp[torch.arange(len(active)), ..., target[active]]  # (a, i, j)
             blocked = used_query[active][:, :, None] | used_donor[active][:, None, :]
             if self.config.cells == "aligned":
@@ -150,13 +169,13 @@ class CVE(CounterfactualMethod):
             used_query[active, i], used_donor[active, j] = True, True
             swaps[active.cpu(), step] = torch.stack([i, j], 1).cpu()
             assignment[active, i] = j
-            x_cf = paste_tiles(x, distractor, assignment, width, tile)
-            head_says = self.classifier.head(current.view_as(query_maps)).argmax(1) == target
+            x_cf = paste_tiles(x, distractor, assignment, (height, width))
+            head_says = self.head(current.view_as(query_maps)).argmax(1) == target
             if self.config.stop == "features":
                 done = head_says
             else:
                 image_says = self.classifier(x_cf).argmax(1) == target
                 done = head_says & image_says
-        feature_valid = self.classifier.head(current.view_as(query_maps)).argmax(1) == target
+        feature_valid = self.head(current.view_as(query_maps)).argmax(1) == target
         return x_cf, {"distractor": distractor, "distractor_index": chosen, "swaps": swaps,
-                      "cells_swapped": used_query.sum(1), "feature_valid": feature_valid}
+                      "cells_swapped": used_query.sum(1), "feature_valid": feature_valid, "grid": (height, width)}

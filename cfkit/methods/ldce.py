@@ -94,6 +94,7 @@ class LDCE(CounterfactualMethod):
     """``explain(x, target)`` with the shipped ``ldm_vae`` and ``ldm_unet`` (or the models given)."""
 
     name = "ldce"
+    needs_input_gradients = True
     config_type = LDCEConfig
 
     def __init__(self, classifier: nn.Module, config: LDCEConfig | None = None, vae: nn.Module | None = None,

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..data import PAIRS, sha256_file
-from ..devices import resolve_device
+from ..devices import in_eval_mode, resolve_device
 from ..errors import CheckpointError, InputError, QualityError
 from ..fingerprint import fingerprint
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
@@ -276,7 +276,7 @@ def train(
     directory = Path(directory or CHECKPOINT_DIR)
     needed = load_needs(spec, device)  # before seeding: building them draws on torch's generator
     if classifier is not None:
-        needed[SHIPPED_CLASSIFIER] = classifier.to(device).eval()
+        needed[SHIPPED_CLASSIFIER] = in_eval_mode(classifier.to(device))
     torch.manual_seed(config.seed)
     model = spec.build()
     start = time.perf_counter()
@@ -290,7 +290,7 @@ def train(
     config = TrainConfig(**{**asdict(config), "device": "cpu"})
     measured_with = load_needs(spec)
     if classifier is not None:
-        measured_with[SHIPPED_CLASSIFIER] = classifier.to("cpu").eval()
+        measured_with[SHIPPED_CLASSIFIER] = in_eval_mode(classifier.to("cpu"))
     quality = {spec.metric: round(spec.measure(model, config, measured_with), 6)}
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)

@@ -64,6 +64,15 @@ class MaxPool2x2(nn.MaxPool2d):
         super().__init__(2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_scripting():  # torch's own op in a TorchScript or torch.export file of the model: the same
+            return F.max_pool2d(x, 2)  # values and gradients, and no custom autograd function for them to carry
+        return self._eager(x)
+
+    @torch.jit.unused
+    def _eager(self, x: torch.Tensor) -> torch.Tensor:
+        """The fast path in eager mode (torch's op while torch.export traces the model)."""
+        if torch.compiler.is_exporting():
+            return F.max_pool2d(x, 2)
         if torch.is_grad_enabled() and x.requires_grad:
             return _MaxPool2x2WithGradient.apply(x)
         return _window_max(_quarters(x))
