@@ -32,7 +32,7 @@ import torch
 
 from . import bootstrap
 from .data import PAIRS, load_mnist, pair_name
-from .errors import MissingResultsError
+from .errors import MissingResultsError, ParameterError
 from .methods import catalog
 from .methods.adversarial import AdversarialAttack
 from .methods.original import OriginalData
@@ -351,6 +351,8 @@ def axis_effects(rows: list[dict], around: dict) -> list[dict]:
 
 def calibrate(runs_dir: str | Path | None = None, results_dir: str | Path | None = None, jobs: int = 2) -> dict:
     """Run the study, choose the calibrated setting, write ``results/im_calibration.json``; return its content."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ParameterError(f"jobs must be an int >= 1 (autoencoders trained at once), got {jobs!r}.")
     start = time.perf_counter()
     rows = run_study(runs_dir, jobs=jobs)
     chosen = choose(rows)

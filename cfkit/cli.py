@@ -52,6 +52,10 @@ def _expand_pair_families(names: list[str], pair: list[int] | None) -> list[str]
 
     if pair is not None and not any(n in PAIR_FAMILIES for n in names):
         raise CfkitError(f"--pair goes with a pair family ({', '.join(PAIR_FAMILIES)}), e.g. `cfkit train c3lt --pair 4 9`.")
+    if pair is not None:
+        from .validate import check_pair
+
+        pair = list(check_pair(tuple(pair)))  # classes 0-9, distinct: said as such, not as an unknown model name
     expanded = []
     for name in names:
         if name in PAIR_FAMILIES:

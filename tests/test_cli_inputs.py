@@ -123,3 +123,23 @@ def test_max_errors_beyond_the_classifiers_errors_fails_in_the_kernel_in_one_lin
     assert line.startswith("cfkit: error: 11_ldce_error_analysis stopped: parameter 'max_errors' of "
                            "11_ldce_error_analysis: 100000 exceeds the ") and "give at most" in line
     assert str(out / "11_ldce_error_analysis.ipynb") in line
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["train", "classifier", "--epochs", "0"], "epochs must be an int >= 1 (or None: the spec's"),
+    (["train", "c3lt", "--pair", "4", "12"], "target class must be a digit 0-9, got 12"),
+    (["train", "c3lt", "--pair", "4", "4"], "pair 4->4: the target class must differ from the query class"),
+    (["calibrate", "-j", "0"], "jobs must be an int >= 1 (autoencoders trained at once), got 0"),
+    (["app", "--port", "99999"], "--port must be a TCP port, 1-65535, got 99999; leave it out for a free one"),
+    (["faithfulness", "--pairs", "4->9,4->9", "--csv", "unused.csv"], "pair 4->9 is given more than once"),
+    (["faithfulness", "--device", "cuda:7", "--csv", "unused.csv"], "leave device unset (the CPU) or run on a machine"),
+    (["reproduce", "-j", "0"], "jobs must be an int >= 1"),
+])
+def test_other_subcommands_refuse_bad_values_in_one_line_before_any_work(argv, message, capsys, tmp_path,
+                                                                        monkeypatch) -> None:
+    """The neighbours of the issue's cases: the same one line and exit code 2 from every subcommand, nothing
+    trained, served or written."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    assert message in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == [], "nothing written before the refusal"

@@ -29,6 +29,8 @@ def serve(port: int | None = None, classifier: str | None = None, classifier_sta
 
     from ..servers import VoilaServer
 
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise InputError(f"--port must be a TCP port, 1-65535, got {port!r}; leave it out for a free one.")
     if classifier_state is not None and classifier is None:
         raise InputError("--classifier-state goes with --classifier package.module:factory.")
     if classifier is not None:

@@ -270,6 +270,8 @@ def train(
     command names it), into a ``directory`` of the caller's, never the shipped zoo's.
     """
     spec = get_spec(name)
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise InputError(f"epochs must be an int >= 1 (or None: the spec's {spec.config.epochs}), got {epochs!r}.")
     overrides = {"device": str(resolve_device(device)), **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
     _check_classifier_override(spec, classifier, directory)
