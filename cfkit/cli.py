@@ -138,6 +138,19 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
+def _cmd_backbone(args: argparse.Namespace) -> None:
+    from .data import ensure_mnist
+    from .zoo.checkpoints import load
+    from .zoo.curve import GANCurveConfig, GANCurveRun
+
+    ensure_mnist(verbose=False)
+    config = GANCurveConfig(max_epochs=args.max_epochs, samples=args.samples)
+    run = GANCurveRun(args.dir, config, device=args.device)
+    done = run.run(load("features", device=run.device), minutes=args.minutes)
+    print(f"{run.name}: {run.epochs_done} epochs, {'converged' if done else 'not converged yet'}; curve in "
+          f"{run.results_dir}")
+
+
 def _cmd_docs(args: argparse.Namespace) -> None:
     from .gallery import build
 
@@ -271,6 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --merge: append SUFFIX to the settings of CSV (e.g. ' (GPU)')")
     p.add_argument("--csv", default="results/faithfulness.csv", help="output CSV")
     p.set_defaults(func=_cmd_faithfulness)
+
+    p = sub.add_parser("backbone", help="train C3LT's reference DCGAN in pieces until its FID curve converges "
+                                        "(resumable: run it again to go on)")
+    p.add_argument("name", choices=("dcgan_reference",), help="the backbone to train")
+    p.add_argument("--dir", default=None, help="training folder (default runs/backbones/<name>)")
+    p.add_argument("--minutes", type=float, default=None, help="stop after the epoch that passes this budget")
+    p.add_argument("--max-epochs", type=int, default=100, help="the reference's length (default 100)")
+    p.add_argument("--samples", type=int, default=10_000, help="samples scored at each curve point (default 10000)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.set_defaults(func=_cmd_backbone)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")
     p.add_argument("-j", "--jobs", type=int, default=1,

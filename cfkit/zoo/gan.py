@@ -49,22 +49,30 @@ class Discriminator(nn.Module):
         return self.net(x).squeeze(1)
 
 
-class DCGAN(nn.Module):
-    """Generator and discriminator in one checkpoint (C3LT keeps D frozen as its adversarial critic)."""
+class GAN(nn.Module):
+    """A generator and its discriminator in one checkpoint (C3LT keeps D frozen as its adversarial critic)."""
 
-    def __init__(self) -> None:
+    def __init__(self, generator: nn.Module, discriminator: nn.Module) -> None:
         super().__init__()
-        self.generator = Generator()
-        self.discriminator = Discriminator()
+        self.generator = generator
+        self.discriminator = discriminator
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.generator(z)
 
     def sample(self, n: int, seed: int = 0) -> torch.Tensor:
-        """``n`` images from seeded N(0, I) latents."""
+        """``n`` images from seeded N(0, I) latents (drawn on the CPU, so the same on any device)."""
         z = torch.randn(n, self.generator.latent_dim, generator=torch.Generator().manual_seed(seed))
+        device = next(self.parameters()).device
         with torch.inference_mode():
-            return torch.cat([self.generator(chunk) for chunk in z.split(INFERENCE_BATCH)])
+            return torch.cat([self.generator(chunk.to(device)).cpu() for chunk in z.split(INFERENCE_BATCH)])
+
+
+class DCGAN(GAN):
+    """The kit's generator zoo: a small DCGAN for 28×28 MNIST."""
+
+    def __init__(self) -> None:
+        super().__init__(Generator(), Discriminator())
 
 
 class Encoder(nn.Module):

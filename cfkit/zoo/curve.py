@@ -1,0 +1,192 @@
+"""Train a backbone in pieces until its curve says it has converged (issue 29): C3LT's reference DCGAN first.
+
+A training run lives in one folder: ``state.pt`` (models, optimisers, epochs done; written atomically after every
+epoch), ``epoch_<e>.pt`` (the model at each curve point) and the curve, which is also written to
+``results/backbones/<name>_curve.csv``. Every epoch draws its shuffle and its latents from generators seeded by
+(seed, epoch), so a run stopped after any epoch and resumed gives the same weights as one that never stopped.
+
+The curve scores the model at epochs 1, 2, 4, 8, …: FID of a fixed number of seeded samples against the MNIST
+test set in the kit's feature space, with a 95 % bootstrap interval over the samples. The run has converged when
+the last doubling of training moved FID by less than the half-width of its interval; it stops then, at the
+reference's own length, or when its time budget is spent (at an epoch boundary: run the command again to go on).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..bootstrap import FrechetReference, counts, interval, resample_indices
+from ..data import load_mnist
+from ..devices import resolve_device
+from ..errors import CheckpointError, InputError
+from ..paths import RESULTS_DIR, RUNS_DIR, atomic_torch_save, atomic_write_text
+from .feature_space import FeatureExtractor, embed
+from .losses import critic_loss, looks_real
+from .reference_gan import ReferenceDCGAN
+
+CURVE_DIR = "backbones"
+"""In results/ and runs/: each backbone's curve (``<name>_curve.csv``) and its training folder."""
+STATE_FILE = "state.pt"
+CURVE_COLUMNS = ("epoch", "steps", "seconds", "fid", "fid_lo", "fid_hi", "moved", "converged", "device")
+
+
+@dataclass(frozen=True)
+class GANCurveConfig:
+    """The C3LT code's DCGAN training (``dcgan.py``: Adam 2e-4, β1 0.5, batch 64, BCE, 100 epochs to
+    ``netG_epoch_99``) and the curve's measurement."""
+
+    seed: int = 30
+    lr: float = 2e-4
+    beta1: float = 0.5
+    batch_size: int = 64
+    max_epochs: int = 100  # the reference trains 100 epochs; the curve may call it converged before
+    samples: int = 10_000  # seeded samples scored at every curve point
+    resamples: int = 200  # bootstrap replicates of the FID interval
+    steps_per_epoch: int | None = None  # None: the whole training set (smoke tests cap it)
+
+    def __post_init__(self) -> None:
+        for name in ("max_epochs", "samples", "resamples", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "samples" else 1):
+                raise InputError(f"{name} must be an int >= {2 if name == 'samples' else 1}, got {value!r}.")
+
+
+def curve_epochs(max_epochs: int) -> list[int]:
+    """1, 2, 4, … up to ``max_epochs``, and ``max_epochs`` itself: where the curve scores the model."""
+    points = [2**k for k in range(int(math.log2(max_epochs)) + 1)]
+    return points + ([max_epochs] if points[-1] != max_epochs else [])
+
+
+def converged(previous: dict | None, current: dict) -> bool:
+    """Whether the last doubling moved FID by less than the half-width of the current point's interval."""
+    if previous is None:
+        return False
+    return abs(current["fid"] - previous["fid"]) < (current["fid_hi"] - current["fid_lo"]) / 2
+
+
+class GANCurveRun:
+    """The reference DCGAN's resumable training in ``directory``, scored on its curve."""
+
+    name = "dcgan_reference"
+
+    def __init__(self, directory: str | Path | None = None, config: GANCurveConfig = GANCurveConfig(),
+                 device: str | None = "cpu", results_dir: str | Path | None = None) -> None:
+        self.directory = Path(directory or RUNS_DIR / CURVE_DIR / self.name)
+        self.results_dir = Path(results_dir or RESULTS_DIR) / CURVE_DIR
+        self.config, self.device = config, resolve_device(device)
+        torch.manual_seed(config.seed)  # the constructor draws the initial weights
+        self.model = ReferenceDCGAN().to(self.device)
+        betas = (config.beta1, 0.999)
+        self.opt_g = torch.optim.Adam(self.model.generator.parameters(), lr=config.lr, betas=betas)
+        self.opt_d = torch.optim.Adam(self.model.discriminator.parameters(), lr=config.lr, betas=betas)
+        self.epochs_done, self.steps, self.seconds, self.curve = 0, 0, 0.0, []
+        self._resume()
+
+    # ---- state ----
+    def _resume(self) -> None:
+        path = self.directory / STATE_FILE
+        if not path.is_file():
+            return
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            if state["config"] != asdict(self.config):
+                raise CheckpointError(f"{path} was trained with {state['config']}, not {asdict(self.config)}; "
+                                      "give the same settings, or another --dir to start afresh.")
+            self.model.load_state_dict(state["model"])
+            self.opt_g.load_state_dict(state["opt_g"])
+            self.opt_d.load_state_dict(state["opt_d"])
+        except CheckpointError:
+            raise
+        except Exception as exc:  # a truncated or foreign file
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise CheckpointError(f"{path} is not a readable training state ({type(exc).__name__}: {first[:160]}); "
+                                  "delete it to start afresh.") from exc
+        self.epochs_done, self.steps, self.seconds = state["epochs_done"], state["steps"], state["seconds"]
+        self.curve = state["curve"]
+
+    def _save(self) -> None:
+        atomic_torch_save(self.directory / STATE_FILE, {
+            "model": self.model.state_dict(), "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
+            "epochs_done": self.epochs_done, "steps": self.steps, "seconds": self.seconds, "curve": self.curve,
+            "config": asdict(self.config)})
+
+    # ---- training ----
+    def train_epoch(self, images: torch.Tensor) -> None:
+        """One epoch of the reference's alternating D and G steps, drawn from (seed, epoch)."""
+        epoch = self.epochs_done + 1
+        shuffle = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
+        noise = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch + 50_000)
+        g, d = self.model.generator, self.model.discriminator
+        self.model.train()
+        order = torch.randperm(len(images), generator=shuffle).split(self.config.batch_size)
+        for step, batch in enumerate(order[: self.config.steps_per_epoch]):
+            real = images[batch].to(self.device)
+            fake = g(torch.randn(len(real), g.latent_dim, generator=noise).to(self.device))
+            loss_d = critic_loss(d(real), d(fake.detach()))
+            self.opt_d.zero_grad(set_to_none=True)
+            loss_d.backward()
+            self.opt_d.step()
+            loss_g = looks_real(d(fake))
+            self.opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+            self.opt_g.step()
+            self.steps += 1
+        self.model.eval()
+        self.epochs_done = epoch
+
+    def score(self, features: nn.Module, reference: FrechetReference) -> dict:
+        """FID of the seeded samples against the test set, with its bootstrap interval over the samples."""
+        fake = embed(FeatureExtractor(features), self.model.sample(self.config.samples, seed=self.config.seed))
+        replicates = reference.distances(fake, counts(resample_indices(len(fake), self.config.resamples, 0)))
+        point = reference.distance(fake)
+        low, high = interval(point, replicates, bounds=(0.0, None))
+        return {"fid": round(point, 4), "fid_lo": round(low, 4), "fid_hi": round(high, 4)}
+
+    def run(self, features: nn.Module, minutes: float | None = None, log: Callable[[str], None] = print) -> bool:
+        """Train on until converged, ``max_epochs``, or ``minutes`` spent (checked after each epoch); return
+        whether the curve has converged."""
+        if self.curve and self.curve[-1]["converged"]:
+            log(f"{self.name}: converged at epoch {self.curve[-1]['epoch']} (FID {self.curve[-1]['fid']}); nothing to do")
+            return True
+        images = load_mnist("train")[0]
+        reference = FrechetReference(embed(FeatureExtractor(features), load_mnist("test")[0]))
+        points, start = curve_epochs(self.config.max_epochs), time.perf_counter()
+        while self.epochs_done < self.config.max_epochs:
+            began = time.perf_counter()
+            self.train_epoch(images)
+            self.seconds += time.perf_counter() - began
+            message = f"{self.name}: epoch {self.epochs_done} done ({self.steps} steps, {self.seconds:.0f} s trained)"
+            if self.epochs_done in points:
+                point = {"epoch": self.epochs_done, "steps": self.steps, "seconds": round(self.seconds, 1),
+                         **self.score(features, reference), "device": str(self.device)}
+                previous = self.curve[-1] if self.curve else None
+                point["moved"] = round(abs(point["fid"] - previous["fid"]), 4) if previous else None
+                point["converged"] = converged(previous, point)
+                self.curve.append(point)
+                atomic_torch_save(self.directory / f"epoch_{self.epochs_done}.pt", self.model.state_dict())
+                self._write_curve()
+                message += f"; FID {point['fid']} [{point['fid_lo']}, {point['fid_hi']}]"
+            self._save()
+            log(message)
+            if self.curve and self.curve[-1]["converged"] and self.curve[-1]["epoch"] == self.epochs_done:
+                log(f"{self.name}: converged (the last doubling moved FID by {self.curve[-1]['moved']})")
+                return True
+            if minutes is not None and time.perf_counter() - start > minutes * 60:
+                log(f"{self.name}: time budget spent after epoch {self.epochs_done}; run again to go on")
+                return False
+        return bool(self.curve and self.curve[-1]["converged"])
+
+    def _write_curve(self) -> Path:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, CURVE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.curve)
+        return atomic_write_text(self.results_dir / f"{self.name}_curve.csv", buffer.getvalue())

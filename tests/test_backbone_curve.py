@@ -1,0 +1,79 @@
+"""C3LT's reference backbone (issue 29): the C3LT code's DCGAN and per-pair encoder in the kit's [0, 1] units, and the
+resumable training whose FID curve decides when it has converged."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cfkit import cli
+from cfkit.errors import CheckpointError, InputError
+from cfkit.zoo.checkpoints import load
+from cfkit.zoo.curve import STATE_FILE, GANCurveConfig, GANCurveRun, converged, curve_epochs
+from cfkit.zoo.reference_gan import PairEncoder, ReferenceDCGAN
+
+TINY = GANCurveConfig(max_epochs=3, samples=32, resamples=20, steps_per_epoch=2)
+"""Two steps an epoch, 32 samples scored: seconds."""
+
+
+def test_the_reference_architecture_has_the_c3lt_codes_sizes_and_the_kits_units() -> None:
+    gan = ReferenceDCGAN()
+    assert sum(p.numel() for p in gan.generator.parameters() if p.requires_grad) == 3_573_696, \
+        "ngf 64: ConvT 100->512->256->128->64 (4x4 kernels) and a 1x1 ConvT to one channel, BatchNorm between"
+    images = gan.sample(5)
+    assert images.shape == (5, 1, 28, 28) and images.min() >= 0 and images.max() <= 1, "tanh mapped to [0, 1]"
+    assert gan.discriminator(images).shape == (5,) and PairEncoder()(images).shape == (5, 100)
+    first = gan.generator.net[0].weight
+    assert abs(first.std().item() - 0.02) < 0.002, "the DCGAN example's N(0, 0.02) initialisation"
+
+
+def test_curve_points_double_up_to_the_references_length() -> None:
+    assert curve_epochs(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert curve_epochs(8) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize(("previous", "current", "expected"), [
+    (None, {"fid": 3.0, "fid_lo": 2.5, "fid_hi": 3.5}, False),
+    ({"fid": 3.2}, {"fid": 3.0, "fid_lo": 2.5, "fid_hi": 3.5}, True),  # moved 0.2 < half-width 0.5
+    ({"fid": 4.0}, {"fid": 3.0, "fid_lo": 2.5, "fid_hi": 3.5}, False),  # moved 1.0
+])
+def test_converged_when_the_last_doubling_moves_fid_less_than_its_interval(previous, current, expected) -> None:
+    assert converged(previous, current) is expected
+
+
+def test_a_run_stopped_after_any_epoch_resumes_to_the_same_weights(tmp_path) -> None:
+    features = load("features")
+    whole = GANCurveRun(tmp_path / "whole", TINY, results_dir=tmp_path / "r1")
+    whole.run(features)
+    pieces = GANCurveRun(tmp_path / "pieces", TINY, results_dir=tmp_path / "r2")
+    assert pieces.run(features, minutes=0) is False and pieces.epochs_done == 1, "the budget stops it after an epoch"
+    pieces = GANCurveRun(tmp_path / "pieces", TINY, results_dir=tmp_path / "r2")  # a new process, say
+    assert pieces.epochs_done == 1
+    pieces.run(features)
+    one, other = whole.model.state_dict(), pieces.model.state_dict()
+    assert all(torch.equal(one[k], other[k]) for k in one)
+    timeless = [[{k: v for k, v in point.items() if k != "seconds"} for point in run.curve] for run in (whole, pieces)]
+    assert [p["epoch"] for p in pieces.curve] == [1, 2, 3] and timeless[0] == timeless[1]
+    curve = (tmp_path / "r2" / "backbones" / "dcgan_reference_curve.csv").read_text().splitlines()
+    assert curve[0].startswith("epoch,steps,seconds,fid,fid_lo,fid_hi") and len(curve) == 4
+    assert sorted(p.name for p in (tmp_path / "pieces").iterdir()) == [
+        "epoch_1.pt", "epoch_2.pt", "epoch_3.pt", STATE_FILE]
+
+
+def test_a_state_of_other_settings_or_a_broken_one_is_refused(tmp_path) -> None:
+    GANCurveRun(tmp_path, TINY, results_dir=tmp_path / "r").run(load("features"), minutes=0)
+    with pytest.raises(CheckpointError, match="was trained with .* give the same settings, or another --dir"):
+        GANCurveRun(tmp_path, GANCurveConfig(max_epochs=4, samples=32, resamples=20, steps_per_epoch=2))
+    (tmp_path / STATE_FILE).write_bytes(b"cut short")
+    with pytest.raises(CheckpointError, match="is not a readable training state .* delete it to start afresh"):
+        GANCurveRun(tmp_path, TINY)
+
+
+@pytest.mark.parametrize("field", ["max_epochs", "samples", "resamples", "batch_size"])
+def test_bad_curve_settings_are_refused(field) -> None:
+    with pytest.raises(InputError, match=f"{field} must be an int >= "):
+        GANCurveConfig(**{field: 0})
+
+
+def test_cli_refuses_a_bad_length_in_one_line(capsys) -> None:
+    assert cli.main(["backbone", "dcgan_reference", "--max-epochs", "0"]) == 2
+    assert "max_epochs must be an int >= 1, got 0" in capsys.readouterr().err
