@@ -147,6 +147,8 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
     config = GANCurveConfig(max_epochs=args.max_epochs, samples=args.samples)
     run = GANCurveRun(args.dir, config, device=args.device)
     done = run.run(load("features", device=run.device), minutes=args.minutes)
+    if run.curve:
+        run.figure()
     print(f"{run.name}: {run.epochs_done} epochs, {'converged' if done else 'not converged yet'}; curve in "
           f"{run.results_dir}")
 
@@ -176,7 +178,8 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         print(f"written to {faithfulness.write_csv(faithfulness.merge(args.merge, rename), args.csv)}")
         return
     if args.floor:
-        print(f"written to {faithfulness.write_csv(faithfulness.c3lt_floor(pairs, args.n_queries), args.csv)}")
+        rows = faithfulness.backbone_floor(args.floor, pairs, args.n_queries)
+        print(f"written to {faithfulness.write_csv(rows, args.csv)}")
         return
     if args.c3lt_ablation:
         pair = faithfulness.parse_pairs(pairs)[0] if args.pairs else (5, 6)
@@ -270,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", default=None, choices=tuple(checkpoints.PAIR_FAMILIES),
                    help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
     p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")
-    p.add_argument("--floor", action="store_true", help="instead: C3LT's generator floor G(E(x)) per pair")
+    p.add_argument("--floor", nargs="?", const="c3lt", default=None, choices=("c3lt", "ldce"),
+                   help="instead: a backbone's floor per pair, its reconstruction of real target digits: C3LT's "
+                        "G(E(x)) (the default) or LDCE's VAE D(E(x))")
     p.add_argument("--c3lt-ablation", action="store_true",
                    help="instead: retrain one pair's C3LT maps (default 5->6, --max-steps default 1000) with each loss "
                         "term off or up and a wider map, and score each")

@@ -277,27 +277,48 @@ def train_with_curve(family: str, pairs: Iterable[tuple[int, int]], directory: s
                      models, device, log=log)
 
 
-def c3lt_floor(pairs: str | Iterable = PAIRS, n_queries: int = 100, models: MetricModels | None = None,
-               seed: int = 0) -> list[dict]:
-    """What C3LT's generator and encoder allow at best: G(E(x)) of ``n_queries`` real *training* digits of each
-    target class, no map applied, scored like a counterfactual set of the pair (kit-FID against the target's test
-    digits). A C3LT counterfactual cannot look more real than the reconstruction of a real target digit."""
-
-    models = models or MetricModels.from_zoo(inception=False)
+def _c3lt_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
     generator, encoder = load("dcgan").generator, load("encoder")
+    return lambda x: generator(encoder(x))
+
+
+def _ldce_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
+    vae = load("ldm_vae")
+    return lambda x: vae.decode(vae.encode(x))
+
+
+FLOORS: dict[str, tuple[str, Callable[[], Callable[[torch.Tensor], torch.Tensor]]]] = {
+    C3LT.name: ("floor G(E(x))", _c3lt_reconstruction),
+    LDCE.name: ("floor D(E(x))", _ldce_reconstruction),
+}
+"""Methods whose counterfactuals come out of a backbone's decoder, with their floor's setting name and the
+backbone's reconstruction: C3LT's generator over its encoder, LDCE's VAE (the latent the diffusion model edits)."""
+
+
+def backbone_floor(method: str, pairs: str | Iterable = PAIRS, n_queries: int = 100,
+                   models: MetricModels | None = None, seed: int = 0) -> list[dict]:
+    """What ``method``'s backbone allows at best (:data:`FLOORS`): the reconstruction of ``n_queries`` real
+    *training* digits of each target class, no edit applied, scored like a counterfactual set of the pair (kit-FID
+    against the target's test digits). A counterfactual cannot look more real than the backbone's reconstruction
+    of a real target digit."""
+    if method not in FLOORS:
+        raise InputError(f"no backbone floor for {method!r}; floors exist for {', '.join(FLOORS)}.")
+    label, reconstruction = FLOORS[method]
+    reconstruct = reconstruction()
+    models = models or MetricModels.from_zoo(inception=False)
     pair_rows, pair_reps = [], []
     for pair in parse_pairs(pairs):
         x, _ = protocol_queries(pair, n_queries)
         real = load_mnist("train", digits=(pair[1],))[0][: len(x)]
         with torch.inference_mode():
-            reconstructed = generator(encoder(real))
+            reconstructed = reconstruct(real)
         reps: dict[str, torch.Tensor] = {}
         row = evaluate_pair(x, reconstructed, pair[0], pair[1], reference_images(pair[1]), models, seed=seed,
                             replicates=reps)
         pair_rows.append({**row, "pair": pair_name(pair), "budget_run": None})
         pair_reps.append(reps)
     mean = {**mean_row(pair_rows, pair_reps), "pair": "mean", "budget_run": None}
-    floor = Setting(C3LT.name, "floor G(E(x))", float("nan"), "none", lambda c, d: None)
+    floor = Setting(method, label, float("nan"), "none", lambda c, d: None)
     return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
 
 
@@ -374,14 +395,16 @@ def recorded_numbers(rows: list[dict]) -> dict[str, float]:
     return numbers
 
 
-def floor_gap(rows: list[dict], setting: str = "reference") -> list[dict]:
-    """Per pair, C3LT's kit-FID beside the generator/encoder floor: is it within its interval of the floor?"""
-    floor = {r["pair"]: r for r in rows if r["method"] == C3LT.name and r["setting"] == "floor G(E(x))"}
+def floor_gap(rows: list[dict], setting: str = "reference", method: str = C3LT.name) -> list[dict]:
+    """Per pair, ``method``'s kit-FID at ``setting`` beside its backbone's floor (:func:`backbone_floor`): is it
+    within its interval of the floor?"""
+    label = FLOORS[method][0]
+    floor = {r["pair"]: r for r in rows if r["method"] == method and r["setting"] == label}
     out = []
-    for r in (r for r in rows if r["method"] == C3LT.name and r["setting"] == setting and r["pair"] in floor):
+    for r in (r for r in rows if r["method"] == method and r["setting"] == setting and r["pair"] in floor):
         gap = r["fid"] - floor[r["pair"]]["fid"]
         half_width = (r["fid_hi"] - r["fid_lo"]) / 2 if r.get("fid_hi") is not None else float("nan")
-        out.append({"pair": r["pair"], "c3lt_fid": r["fid"], "floor_fid": floor[r["pair"]]["fid"], "gap": gap,
+        out.append({"pair": r["pair"], "fid": r["fid"], "floor_fid": floor[r["pair"]]["fid"], "gap": gap,
                     "half_width": half_width, "within": gap <= half_width})
     return out
 

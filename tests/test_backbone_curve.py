@@ -55,6 +55,7 @@ def test_a_run_stopped_after_any_epoch_resumes_to_the_same_weights(tmp_path) -> 
     assert [p["epoch"] for p in pieces.curve] == [1, 2, 3] and timeless[0] == timeless[1]
     curve = (tmp_path / "r2" / "backbones" / "dcgan_reference_curve.csv").read_text().splitlines()
     assert curve[0].startswith("epoch,steps,seconds,fid,fid_lo,fid_hi") and len(curve) == 4
+    assert pieces.figure().stat().st_size > 5_000
     assert sorted(p.name for p in (tmp_path / "pieces").iterdir()) == [
         "epoch_1.pt", "epoch_2.pt", "epoch_3.pt", STATE_FILE]
 

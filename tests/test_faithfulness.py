@@ -125,10 +125,20 @@ def test_floor_gap_compares_c3lt_with_its_generator_floor() -> None:
     assert not gaps["5->6"]["within"] and gaps["5->6"]["half_width"] == pytest.approx(0.5)
 
 
-def test_c3lt_floor_scores_reconstructions_of_real_target_digits() -> None:
-    rows = faithfulness.c3lt_floor("4->9", n_queries=8)
-    assert [r["pair"] for r in rows] == ["4->9", "mean"] and rows[0]["setting"] == "floor G(E(x))"
+@pytest.mark.parametrize(("method", "setting"), [("c3lt", "floor G(E(x))"), ("ldce", "floor D(E(x))")])
+def test_a_backbone_floor_scores_reconstructions_of_real_target_digits(method, setting) -> None:
+    rows = faithfulness.backbone_floor(method, "4->9", n_queries=8)
+    assert [r["pair"] for r in rows] == ["4->9", "mean"] and rows[0]["setting"] == setting
     assert rows[0]["validity"] > 0.5 and rows[0]["fid"] > 0 and math.isnan(rows[0]["budget"])
+    with pytest.raises(InputError, match="no backbone floor for 'cem'; floors exist for c3lt, ldce"):
+        faithfulness.backbone_floor("cem", "4->9", n_queries=8)
+
+
+def test_floor_gap_compares_ldce_with_its_vae_floor() -> None:
+    rows = [_row("ldce", "floor D(E(x))", 0.8, 4.0, 0.0, pair="3->8"), _row("ldce", "reference", 0.9, 6.0, 0.0,
+                                                                              pair="3->8")]
+    (gap,) = faithfulness.floor_gap(rows, method="ldce")
+    assert gap["fid"] == 6.0 and gap["floor_fid"] == 4.0 and not gap["within"]
 
 
 def test_c3lt_ablation_trains_each_variant_from_the_same_seed() -> None:

@@ -184,6 +184,13 @@ class GANCurveRun:
                 return False
         return bool(self.curve and self.curve[-1]["converged"])
 
+    def figure(self) -> Path:
+        """The curve and the last point's samples, as ``results/backbones/<name>_curve.png``."""
+        from ..plots import save_figure, training_curve  # matplotlib only where a figure is drawn
+
+        samples = self.model.sample(32, seed=self.config.seed) if self.curve else None
+        return save_figure(training_curve(self.curve, self.name, samples), self.results_dir / f"{self.name}_curve.png")
+
     def _write_curve(self) -> Path:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, CURVE_COLUMNS, lineterminator="\n")
