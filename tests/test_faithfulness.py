@@ -3,6 +3,7 @@ training hooks the study's curves use."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -60,6 +61,26 @@ def test_cem_patience_stops_rounds_early_and_reports_the_iterations(fours) -> No
     early = CEM(classifier, autoencoder, CEMConfig(search_steps=2, iterations=60, patience=3)).explain(fours, 9)
     assert 2 * 4 <= early.extras["iterations"][0].item() < 120
     assert (early.x_cf >= early.x - 1e-6).all(), "still only adds ink"
+
+
+def test_cem_settled_images_leave_the_batch_and_end_as_they_would_alone(fours) -> None:
+    """settle="image": each image stops at its own settle point, so its counterfactual is the one the batch rule
+    gives it alone (up to float rounding of batched kernels), and the pair costs fewer image-iterations."""
+    classifier, autoencoder = load("classifier"), load("ae_all")
+    config = replace(CEM_REFERENCE, iterations=60, search_steps=2, patience=10)
+    x, source = fours, torch.full((len(fours),), 4)
+    per_image = CEM(classifier, autoencoder, replace(config, settle="image")).explain(x, 9, source=source)
+    alone = [CEM(classifier, autoencoder, config).explain(x[i : i + 1], 9, source=source[i : i + 1])
+             for i in range(len(x))]
+    assert torch.allclose(per_image.x_cf, torch.cat([r.x_cf for r in alone]), atol=1e-3)
+    assert per_image.extras["iterations"].tolist() == [r.extras["iterations"].item() for r in alone]
+    batch = CEM(classifier, autoencoder, config).explain(x, 9, source=source)
+    assert per_image.extras["iterations"].sum() < batch.extras["iterations"].sum(), "the batch waits for its slowest"
+    never = replace(config, patience=0)
+    assert torch.equal(CEM(classifier, autoencoder, replace(never, settle="image")).explain(x, 9, source=source).x_cf,
+                       CEM(classifier, autoencoder, never).explain(x, 9, source=source).x_cf), "no patience: no stop"
+    with pytest.raises(InputError, match="settle must be one of"):
+        CEMConfig(settle="never")
 
 
 def test_cem_reference_hinge_runs_and_only_adds_ink(fours) -> None:

@@ -30,6 +30,7 @@ NEVER = 1e10
 
 HINGES = ("targeted", "pn")
 SUCCESS_RULES = ("positive", "kappa")
+SETTLE_RULES = ("batch", "image")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,10 @@ class CEMConfig:
     lr: float = 0.01  # initial step size, decayed as (1 - k/K)^0.5; reference 0.01 with the same decay
     hinge: str = "targeted"  # "targeted": toward the target; "pn": away from the query class (reference)
     success: str = "positive"  # an iterate counts when its hinge margin is > 0 ("positive") or ≥ κ ("kappa", reference)
-    patience: int = 0  # stop a round once no image's best iterate or loss improved for this many iterations; 0: never
+    patience: int = 0  # an image has settled when neither its best iterate nor its loss improved for this many
+    # iterations; 0: never (the reference runs every iteration)
+    settle: str = "batch"  # "batch": a round ends once every image settled; "image": each settled image leaves the
+    # working batch at once (the same counterfactual it gets alone, at a fraction of the work)
 
     def __post_init__(self) -> None:
         for name in ("kappa", "beta", "gamma"):
@@ -56,6 +60,7 @@ class CEMConfig:
         positive("iterations", self.iterations, integer=True)
         one_of("hinge", self.hinge, HINGES)
         one_of("success", self.success, SUCCESS_RULES)
+        one_of("settle", self.settle, SETTLE_RULES)
         if isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 0:
             raise InputError(f"patience must be an int >= 0 (0: run every iteration), got {self.patience!r}.")
 
@@ -112,41 +117,54 @@ class CEM(CounterfactualMethod):
 
     def _fista(
         self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor, c: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One round at fixed constants: the sparsest successful δ per image, its elastic-net distance (inf
-        when no iterate succeeded), the last iterate, and the iterations run (fewer with ``patience``)."""
+        when no iterate succeeded), the last iterate, and the iterations each image ran (fewer with ``patience``).
+
+        With ``settle="image"`` an image that settled leaves the working batch (the rest compute without it); with
+        ``"batch"`` the round goes on until every image settled. Every image's iterates depend only on its own
+        history and the iteration count, so an image leaving the batch ends as if it had been run alone."""
         cfg = self.config
-        ceiling = 1 - x
-        delta = torch.zeros_like(x)
-        slack = torch.zeros_like(x)
-        best = torch.zeros_like(x)
-        best_distance = torch.full((len(x),), float("inf"), device=x.device)
-        best_loss = torch.full((len(x),), float("inf"), device=x.device)
-        last_change = torch.zeros(len(x), dtype=torch.long, device=x.device)
+        n = len(x)
+        delta, slack, best = torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x)
+        best_distance = torch.full((n,), float("inf"), device=x.device)
+        best_loss = torch.full((n,), float("inf"), device=x.device)
+        last_change = torch.zeros(n, dtype=torch.long, device=x.device)
+        ran = torch.full((n,), cfg.iterations, dtype=torch.long)
+        active = torch.arange(n, device=x.device)  # the working batch: every image until it settles
         for k in range(cfg.iterations):
             lr = cfg.lr * (1 - k / cfg.iterations) ** 0.5
-            slack.requires_grad_(True)
+            xa, ta, sa = x[active], target[active], source[active]
+            ceiling, moving = 1 - xa, slack[active].requires_grad_(True)
             with torch.enable_grad():
-                loss = self._smooth_loss(x, slack, target, source, c)
-                grad, = torch.autograd.grad(loss.sum(), slack)
-            step = slack.detach() - lr * grad
+                loss = self._smooth_loss(xa, moving, ta, sa, c[active])
+                grad, = torch.autograd.grad(loss.sum(), moving)
+            step = moving.detach() - lr * grad
             new_delta = torch.minimum((step - cfg.beta).clamp(min=0), ceiling)  # S_β then the box 0 ≤ δ ≤ 1 − x
-            slack = torch.minimum((new_delta + k / (k + 3) * (new_delta - delta)).clamp(min=0), ceiling)
-            delta = new_delta
+            slack[active] = torch.minimum((new_delta + k / (k + 3) * (new_delta - delta[active])).clamp(min=0), ceiling)
+            delta[active] = new_delta
             with torch.inference_mode():
-                valid = self.succeeded(self.classifier(x + delta), target, source)
-                distance = cfg.beta * delta.flatten(1).sum(1) + delta.flatten(1).pow(2).sum(1)
-                better = valid & (distance < best_distance)
-                best[better] = delta[better]
-                best_distance[better] = distance[better]
-                if cfg.patience:
-                    # settled: neither a sparser success nor a loss 0.1 % below the best so far, for `patience` steps
-                    moved = better | (loss.detach() < best_loss * (1 - 1e-3))
-                    best_loss = torch.minimum(best_loss, loss.detach())
-                    last_change = torch.where(moved, k, last_change)
-                    if k - last_change.max().item() >= cfg.patience:
-                        return best, best_distance, delta, k + 1
-        return best, best_distance, delta, cfg.iterations
+                valid = self.succeeded(self.classifier(xa + new_delta), ta, sa)
+                distance = cfg.beta * new_delta.flatten(1).sum(1) + new_delta.flatten(1).pow(2).sum(1)
+                better = valid & (distance < best_distance[active])
+                best[active[better]] = new_delta[better]
+                best_distance[active[better]] = distance[better]
+                if not cfg.patience:
+                    continue
+                # settled: neither a sparser success nor a loss 0.1 % below the best so far, for `patience` steps
+                moved = better | (loss.detach() < best_loss[active] * (1 - 1e-3))
+                best_loss[active] = torch.minimum(best_loss[active], loss.detach())
+                last_change[active] = torch.where(moved, k, last_change[active])
+                settled = k - last_change[active] >= cfg.patience
+                if cfg.settle == "batch" and settled.all():
+                    ran[:] = k + 1
+                    break
+                if cfg.settle == "image" and settled.any():
+                    ran[active[settled].cpu()] = k + 1
+                    active = active[~settled]
+                    if not len(active):
+                        break
+        return best, best_distance, delta, ran
 
     def _explain_batch(
         self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor
@@ -159,7 +177,7 @@ class CEM(CounterfactualMethod):
         best_distance = torch.full((n,), float("inf"), device=x.device)
         best_constant = torch.full((n,), float("nan"), device=x.device)
         last = torch.zeros_like(x)
-        iterations = 0
+        iterations = torch.zeros(n, dtype=torch.long)
         for _ in range(cfg.search_steps):
             delta, distance, last_round, ran = self._fista(x, target, source, c)
             iterations += ran
@@ -174,5 +192,4 @@ class CEM(CounterfactualMethod):
             c = torch.where(upper < NEVER, (lower + upper) / 2, c * 10)
         found = best_distance.isfinite()
         delta = torch.where(found[:, None, None, None], best, last)
-        return x + delta, {"constant": best_constant, "found": found,
-                           "iterations": torch.full((n,), iterations, dtype=torch.long)}
+        return x + delta, {"constant": best_constant, "found": found, "iterations": iterations}
