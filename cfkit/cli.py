@@ -145,7 +145,7 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
 
     ensure_mnist(verbose=False)
     config = GANCurveConfig(max_epochs=args.max_epochs, samples=args.samples)
-    run = GANCurveRun(args.dir, config, device=args.device)
+    run = GANCurveRun(args.dir, config, device=args.device, register_into=args.register_into)
     done = run.run(load("features", device=run.device), minutes=args.minutes)
     if run.curve:
         run.figure()
@@ -298,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-epochs", type=int, default=100, help="the reference's length (default 100)")
     p.add_argument("--samples", type=int, default=10_000, help="samples scored at each curve point (default 10000)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--register-into", default=None, metavar="DIR",
+                   help="once converged, register the model into this zoo folder (data/checkpoints ships it)")
     p.set_defaults(func=_cmd_backbone)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")

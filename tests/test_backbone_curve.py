@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from cfkit import cli
-from cfkit.errors import CheckpointError, InputError
-from cfkit.zoo.checkpoints import load
+from cfkit.errors import CheckpointError, InputError, QualityError
+from cfkit.zoo.checkpoints import load, names
 from cfkit.zoo.curve import STATE_FILE, GANCurveConfig, GANCurveRun, converged, curve_epochs
 from cfkit.zoo.reference_gan import PairEncoder, ReferenceDCGAN
 
@@ -58,6 +58,18 @@ def test_a_run_stopped_after_any_epoch_resumes_to_the_same_weights(tmp_path) -> 
     assert pieces.figure().stat().st_size > 5_000
     assert sorted(p.name for p in (tmp_path / "pieces").iterdir()) == [
         "epoch_1.pt", "epoch_2.pt", "epoch_3.pt", STATE_FILE]
+
+
+def test_a_model_below_its_gate_is_not_registered(tmp_path) -> None:
+    """What the run registers when it converges: the zoo's gate (sample FID <= 15) refuses a model that has not
+    learnt the digits, keeps it for inspection and writes no manifest entry."""
+    run = GANCurveRun(tmp_path / "run", TINY, results_dir=tmp_path / "r", register_into=tmp_path / "zoo")
+    run.run(load("features"), minutes=0)
+    with pytest.raises(QualityError, match=r"dcgan_reference reached \{'sample_fid': .*missing its threshold 15.0"):
+        run.register(load("features"))
+    assert (tmp_path / "zoo" / "dcgan_reference.rejected.pt").is_file()
+    assert not (tmp_path / "zoo" / "manifest.json").exists()
+    assert "dcgan_reference" not in names(), "the shipped zoo lists it only once registered there"
 
 
 def test_a_state_of_other_settings_or_a_broken_one_is_refused(tmp_path) -> None:

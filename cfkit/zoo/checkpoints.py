@@ -30,6 +30,7 @@ from ..validate import check_pair
 from . import explaingan, latent_maps
 from .diffusion import LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae, vae_reconstruction_mse
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
+from .reference_gan import ReferenceDCGAN
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
 from .spec import ModelSpec, pair_name
 from .training import TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier, reconstruction_mse_on_test
@@ -64,6 +65,20 @@ def gan_specs() -> list[ModelSpec]:
         ModelSpec("encoder", Encoder, fit_encoder, encoder_reconstruction_mse, "test_mse", False,
                   TrainConfig(epochs=5, seed=31, cosine=False), 0.03, "encoder inverting the dcgan generator: G(E(x)) ≈ x",
                   needs=("dcgan",)),
+    ]
+
+
+def candidate_specs() -> list[ModelSpec]:
+    """Models in training that the zoo does not ship yet: :func:`get_spec` knows them (their curve run registers
+    them), :func:`names` (the shipped zoo, which the reproduction loads) lists them once they are in the manifest."""
+    return [
+        # the C3LT code's DCGAN (dcgan.py: batch 64, Adam 2e-4, beta1 0.5, BCE, 100 epochs); trained by its curve run,
+        # which registers it once the last doubling of training moves its sample FID less than its interval
+        ModelSpec("dcgan_reference", ReferenceDCGAN, fit_dcgan, sample_fid, "sample_fid", False,
+                  TrainConfig(epochs=100, seed=30, lr=2e-4, batch_size=64, cosine=False), 15.0,
+                  "the C3LT code's DCGAN (ngf 64, 4 transposed convolutions, BatchNorm, Tanh mapped to [0, 1]); FID of "
+                  "10k samples vs MNIST test in the features space", "cfkit backbone dcgan_reference",
+                  needs=("features",)),
     ]
 
 
@@ -155,13 +170,19 @@ SPECS: dict[str, ModelSpec] = _specs()
 
 
 def names() -> list[str]:
-    return list(SPECS)
+    """The shipped zoo: every spec's model, and a model in training once its run registered it."""
+    shipped = read_manifest()
+    return list(SPECS) + [spec.name for spec in candidate_specs() if spec.name in shipped]
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The spec of a shipped model, or of any pair family's ``<family>_<q>_<t>``."""
+    """The spec of a shipped model, of a model in training (:func:`candidate_specs`), or of any pair family's
+    ``<family>_<q>_<t>``."""
     if name in SPECS:
         return SPECS[name]
+    candidate = next((spec for spec in candidate_specs() if spec.name == name), None)
+    if candidate is not None:
+        return candidate
     spec = _parse_pair_name(name)
     if spec is None:
         raise CheckpointError(f"unknown zoo model {name!r}; known models: {', '.join(SPECS)}.")
@@ -294,25 +315,37 @@ def train(
     if classifier is not None:
         measured_with[SHIPPED_CLASSIFIER] = in_eval_mode(classifier.to("cpu"))
     quality = {spec.metric: round(spec.measure(model, config, measured_with), 6)}
+    command = spec.command + (f" --epochs {epochs}" if epochs is not None else "")
+    if classifier is not None:
+        command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"
+    command += f" (max_steps={max_steps})" if max_steps is not None else ""
+    classifier_used = measured_with.get(SHIPPED_CLASSIFIER) if SHIPPED_CLASSIFIER in spec.needs else None
+    return register(spec, model, directory, command, config.seed, config.epochs, steps, seconds, quality, device,
+                    check_quality=check_quality, classifier=classifier_used)
+
+
+def register(spec: ModelSpec, model: nn.Module, directory: str | Path, command: str, seed: int, epochs: int,
+             steps: int, seconds: float, quality: dict[str, float], device: str | torch.device = "cpu",
+             check_quality: bool = True, classifier: nn.Module | None = None, extra: dict | None = None) -> dict:
+    """Save a trained model and its manifest entry atomically (what :func:`train` and a curve run that converged
+    end with); a model that misses its spec's threshold is kept as ``<name>.rejected.pt`` and refused."""
+    directory, name = Path(directory), spec.name
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     if check_quality and not spec.passes(quality):
         rejected = atomic_write_bytes(directory / f"{name}.rejected.pt", buffer.getvalue())
         raise QualityError(
-            f"{name} reached {quality} after {config.epochs} epochs, missing its threshold {spec.threshold}; "
+            f"{name} reached {quality} after {epochs} epochs, missing its threshold {spec.threshold}; "
             f"not registered (the weights are kept for inspection in {rejected}). Train longer (--epochs) or "
             "look into the data."
         )
     path = atomic_write_bytes(directory / f"{name}.pt", buffer.getvalue())
-    command = spec.command + (f" --epochs {epochs}" if epochs is not None else "")
-    if classifier is not None:
-        command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"
     entry = {
         "file": path.name,
         "sha256": sha256_file(path),
-        "command": command + (f" (max_steps={max_steps})" if max_steps is not None else ""),
-        "seed": config.seed,
-        "epochs": config.epochs,
+        "command": command,
+        "seed": seed,
+        "epochs": epochs,
         "steps": steps,
         "seconds": round(seconds, 1),
         "quality": quality,
@@ -323,9 +356,10 @@ def train(
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads"
                    + (f", {torch.cuda.get_device_name(device)}" if str(device).startswith("cuda") else ""),
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **(extra or {}),
     }
-    if SHIPPED_CLASSIFIER in spec.needs:
-        entry[CLASSIFIER_KEY] = fingerprint(measured_with[SHIPPED_CLASSIFIER])
+    if classifier is not None:
+        entry[CLASSIFIER_KEY] = fingerprint(classifier)
     manifest = read_manifest(directory)
     manifest[name] = entry
     atomic_write_json(directory / MANIFEST, manifest)

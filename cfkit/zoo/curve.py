@@ -78,9 +78,13 @@ class GANCurveRun:
     name = "dcgan_reference"
 
     def __init__(self, directory: str | Path | None = None, config: GANCurveConfig = GANCurveConfig(),
-                 device: str | None = "cpu", results_dir: str | Path | None = None) -> None:
+                 device: str | None = "cpu", results_dir: str | Path | None = None,
+                 register_into: str | Path | None = None) -> None:
+        """``register_into``: the zoo folder the model is registered into once it converges (the CLI gives the
+        shipped zoo's, data/checkpoints); None registers nothing."""
         self.directory = Path(directory or RUNS_DIR / CURVE_DIR / self.name)
         self.results_dir = Path(results_dir or RESULTS_DIR) / CURVE_DIR
+        self.register_into = register_into
         self.config, self.device = config, resolve_device(device)
         torch.manual_seed(config.seed)  # the constructor draws the initial weights
         self.model = ReferenceDCGAN().to(self.device)
@@ -178,11 +182,26 @@ class GANCurveRun:
             log(message)
             if self.curve and self.curve[-1]["converged"] and self.curve[-1]["epoch"] == self.epochs_done:
                 log(f"{self.name}: converged (the last doubling moved FID by {self.curve[-1]['moved']})")
+                if self.register_into is not None:
+                    self.register(features)
                 return True
             if minutes is not None and time.perf_counter() - start > minutes * 60:
                 log(f"{self.name}: time budget spent after epoch {self.epochs_done}; run again to go on")
                 return False
         return bool(self.curve and self.curve[-1]["converged"])
+
+    def register(self, features: nn.Module) -> dict:
+        """Ship the model as the zoo's ``dcgan_reference`` (into ``register_into``), its manifest entry carrying the
+        quality figure, the device, the seconds and the curve."""
+        from .checkpoints import get_spec, register  # the registry imports this module's model: imported here
+
+        spec = get_spec(self.name)
+        self.model.to("cpu")
+        quality = {spec.metric: round(spec.measure(self.model, spec.config, {"features": features.cpu()}), 6)}
+        curve = f"results/{CURVE_DIR}/{self.name}_curve.csv"
+        return register(spec, self.model, self.register_into, spec.command, self.config.seed, self.epochs_done,
+                        self.steps, self.seconds, quality, self.device,
+                        extra={"device": str(self.device), "curve": curve, "curve_points": self.curve})
 
     def figure(self) -> Path:
         """The curve and the last point's samples, as ``results/backbones/<name>_curve.png``."""
