@@ -7,7 +7,8 @@ import torch
 
 from cfkit import cli
 from cfkit.errors import CheckpointError, InputError, QualityError
-from cfkit.zoo.checkpoints import load, names
+from cfkit.methods.c3lt import C3LT, C3LTConfig
+from cfkit.zoo.checkpoints import get_spec, load, names, parse_pair_name
 from cfkit.zoo.curve import STATE_FILE, GANCurveConfig, GANCurveRun, converged, curve_epochs
 from cfkit.zoo.reference_gan import PairEncoder, ReferenceDCGAN
 
@@ -90,3 +91,18 @@ def test_bad_curve_settings_are_refused(field) -> None:
 def test_cli_refuses_a_bad_length_in_one_line(capsys) -> None:
     assert cli.main(["backbone", "dcgan_reference", "--max-epochs", "0"]) == 2
     assert "max_epochs must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_reference_backbone_families_are_named_and_wired() -> None:
+    """C3LT's maps on the reference backbone need the reference DCGAN and the pair's own encoder; until they are
+    trained, asking for them names the command that trains them."""
+    maps, encoder = get_spec("c3lt_reference_4_9"), get_spec("encoder_reference_4_9")
+    assert maps.needs == ("dcgan_reference", "encoder_reference_4_9", "classifier")
+    assert encoder.needs == ("dcgan_reference",) and encoder.command == "cfkit train encoder_reference --pair 4 9"
+    assert parse_pair_name("c3lt_reference_5_6") == ("c3lt_reference", (5, 6))
+    assert parse_pair_name("c3lt_5_6") == ("c3lt", (5, 6))
+    with pytest.raises(CheckpointError, match=r"dcgan_reference.pt is missing; rebuild it with `cfkit backbone "
+                                              r"dcgan_reference`"):
+        C3LT(load("classifier"), C3LTConfig(backbone="reference"))
+    with pytest.raises(InputError, match="backbone must be one of 'kit', 'reference'"):
+        C3LTConfig(backbone="bigger")

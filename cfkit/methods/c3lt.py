@@ -17,19 +17,28 @@ import torch
 from torch import nn
 
 from ..zoo import latent_maps
-from ..zoo.checkpoints import load
+from ..zoo.checkpoints import load, load_pair, parse_pair_name
 from .base import PerPairMethod, pair_groups
-from .knobs import positive, unit_interval
+from .knobs import one_of, positive, unit_interval
+
+
+BACKBONES = {"kit": (latent_maps.FAMILY, latent_maps.KIT_BACKBONE),
+             "reference": (latent_maps.REFERENCE_FAMILY, latent_maps.REFERENCE_BACKBONE)}
+"""The generator and encoders C3LT's maps work in, with the maps' zoo family: the kit's small DCGAN and shared
+encoder, or the C3LT code's DCGAN and per-pair encoders (:mod:`cfkit.zoo.reference_gan`)."""
 
 
 @dataclass(frozen=True)
 class C3LTConfig:
     steps: int = 1  # map steps applied (the maps are trained for 1, as in the C3LT code)
     fraction: float = 1.0  # how far along the last step to go: 0 is G(E(x)), 1 the counterfactual
+    backbone: str = "kit"  # "kit": the kit's 2-layer DCGAN, one shared encoder; "reference": the C3LT code's DCGAN
+    # (4 transposed convolutions, ngf 64) and an encoder per pair, once trained (`cfkit backbone dcgan_reference`)
 
     def __post_init__(self) -> None:
         positive("steps", self.steps, integer=True)
         unit_interval("fraction", self.fraction)
+        one_of("backbone", self.backbone, tuple(BACKBONES))
 
 
 class C3LT(PerPairMethod):
@@ -40,13 +49,28 @@ class C3LT(PerPairMethod):
     def __init__(self, classifier: nn.Module, config: C3LTConfig | None = None,
                  pair_dir: str | Path | None = None, **kwargs: Any) -> None:
         super().__init__(classifier, config, pair_dir, **kwargs)
-        self.generator = load("dcgan", device=self.device).generator
-        self.encoder = load("encoder", device=self.device)
+        self.family, self.backbone = BACKBONES[self.config.backbone]
+        self.generator = load(self.backbone.gan, device=self.device).generator
+
+    def encoder(self, pair: tuple[int, int]) -> nn.Module:
+        """The backbone's encoder for ``pair`` (the kit's one shared encoder, or the pair's own)."""
+        name = self.backbone.encoder(tuple(pair))
+        parsed = parse_pair_name(name)
+        return load(name, device=self.device) if parsed is None else load_pair(*parsed, device=self.device)
+
+    def _encode(self, x: torch.Tensor, groups: list[tuple[tuple[int, int], torch.Tensor]]) -> torch.Tensor:
+        """E(x) for every query: in one pass with a shared encoder, else pair by pair."""
+        if parse_pair_name(self.backbone.encoder(groups[0][0])) is None:
+            return self.encoder(groups[0][0])(x)
+        z = torch.empty(len(x), self.generator.latent_dim, device=x.device)
+        for pair, rows in groups:
+            z[rows] = self.encoder(pair)(x[rows])
+        return z
 
     @torch.inference_mode()
     def latent_path(self, x: torch.Tensor, pair: tuple[int, int], points: int = 6) -> torch.Tensor:
         """Images along the walk z → g(z) at ``points`` evenly spaced fractions: (points, N, 1, 28, 28)."""
-        maps, z = self.pair_model(pair), self.encoder(x.to(self.device))
+        maps, z = self.pair_model(pair), self.encoder(pair)(x.to(self.device))
         before = maps(z, self.config.steps - 1)  # full steps first; the last one is walked in fractions
         return torch.stack([self.generator(maps(before, 1, f)) for f in torch.linspace(0, 1, points).tolist()]).cpu()
 
@@ -57,8 +81,9 @@ class C3LT(PerPairMethod):
         latent = torch.empty(len(x), self.generator.latent_dim, device=x.device)
         back = torch.empty_like(latent)
         with torch.inference_mode():
-            z = self.encoder(x)
-            for pair, rows in pair_groups(source, target):
+            groups = pair_groups(source, target)
+            z = self._encode(x, groups)
+            for pair, rows in groups:
                 maps = self.pair_model(pair)
                 latent[rows] = maps(maps(z[rows], c.steps - 1), 1, c.fraction)
                 back[rows] = maps.backward_map(latent[rows], c.steps)

@@ -27,7 +27,7 @@ from ..errors import CheckpointError, InputError, QualityError
 from ..fingerprint import fingerprint
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
 from ..validate import check_pair
-from . import explaingan, latent_maps
+from . import explaingan, latent_maps, reference_gan
 from .diffusion import LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae, vae_reconstruction_mse
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
 from .reference_gan import ReferenceDCGAN
@@ -83,7 +83,8 @@ def candidate_specs() -> list[ModelSpec]:
 
 
 PAIR_FAMILIES: dict[str, Callable[[tuple[int, int]], ModelSpec]] = {
-    module.FAMILY: module.pair_spec for module in (latent_maps, explaingan)}
+    latent_maps.FAMILY: latent_maps.pair_spec, explaingan.FAMILY: explaingan.pair_spec,
+    reference_gan.FAMILY: reference_gan.pair_spec, latent_maps.REFERENCE_FAMILY: latent_maps.reference_pair_spec}
 """Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``: each family's spec of one pair, as
 the module of its model declares it."""
 
@@ -97,8 +98,7 @@ def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
 
 def parse_pair_name(name: str) -> tuple[str, tuple[int, int]] | None:
     """``c3lt_4_9`` -> ("c3lt", (4, 9)); None for a name that is no pair family's model."""
-    family, _, rest = name.partition("_")
-    parts = rest.split("_")
+    family, *parts = name.rsplit("_", 2)  # a family's name may hold underscores (c3lt_reference_4_9)
     if family in PAIR_FAMILIES and len(parts) == 2 and all(p.isdigit() and len(p) == 1 for p in parts):
         return family, (int(parts[0]), int(parts[1]))
     return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -136,10 +137,26 @@ def c3lt_loss(maps: C3LTMaps, x_query: torch.Tensor, x_target: torch.Tensor, fro
     return terms
 
 
-def frozen_c3lt_parts(needed: Needed) -> dict[str, nn.Module]:
+@dataclass(frozen=True)
+class Backbone:
+    """Which zoo models a family of maps works in: the GAN and the encoder of a pair (a shared one, or one a pair)."""
+
+    gan: str
+    encoder: Callable[[tuple[int, int]], str]
+
+
+KIT_BACKBONE = Backbone("dcgan", lambda pair: "encoder")
+"""The kit's small DCGAN and its one shared encoder."""
+REFERENCE_BACKBONE = Backbone("dcgan_reference", lambda pair: pair_name("encoder_reference", pair))
+"""The C3LT code's DCGAN and its encoder per pair (:mod:`cfkit.zoo.reference_gan`)."""
+
+
+def frozen_c3lt_parts(needed: Needed, backbone: Backbone = KIT_BACKBONE,
+                      pair: tuple[int, int] | None = None) -> dict[str, nn.Module]:
     """G, D, E and the classifier by their role in the C3LT loss, out of the spec's frozen ``needed`` models."""
-    gan = needed["dcgan"]
-    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": needed["encoder"],
+    gan = needed[backbone.gan]
+    encoder = needed[backbone.encoder(pair)] if pair is not None else needed["encoder"]
+    return {"generator": gan.generator, "critic": gan.discriminator, "encoder": encoder,
             "classifier": needed["classifier"]}
 
 
@@ -149,9 +166,9 @@ REFERENCE_WEIGHTS = C3LTWeights(pixel_scale=2.0)
 
 def fit_c3lt(maps: C3LTMaps, config: TrainConfig, needed: Needed, max_steps: int | None = None,
              progress: bool = True, desc: str = "", weights: C3LTWeights = REFERENCE_WEIGHTS,
-             after_step: Callable[[], None] | None = None) -> int:
+             after_step: Callable[[], None] | None = None, backbone: Backbone = KIT_BACKBONE) -> int:
     """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs."""
-    frozen = frozen_c3lt_parts(needed)
+    frozen = frozen_c3lt_parts(needed, backbone, tuple(maps.pair.tolist()))
 
     def loss(model: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor) -> torch.Tensor:
         return c3lt_loss(model, x_query, x_target, frozen, weights)["total"]
@@ -160,9 +177,9 @@ def fit_c3lt(maps: C3LTMaps, config: TrainConfig, needed: Needed, max_steps: int
 
 
 @torch.inference_mode()
-def c3lt_test_validity(maps: C3LTMaps, _: TrainConfig, needed: Needed) -> float:
+def c3lt_test_validity(maps: C3LTMaps, _: TrainConfig, needed: Needed, backbone: Backbone = KIT_BACKBONE) -> float:
     """Share of MNIST test images of the query class whose counterfactual G(g(E(x))) is called the target."""
-    frozen = frozen_c3lt_parts(needed)
+    frozen = frozen_c3lt_parts(needed, backbone, tuple(maps.pair.tolist()))
     query, target = maps.pair.tolist()
     x = load_mnist("test", digits=(query,))[0]
     x_cf = frozen["generator"](maps(frozen["encoder"](x)))
@@ -179,3 +196,20 @@ def pair_spec(pair: tuple[int, int]) -> ModelSpec:
                      0.95, f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan/encoder "
                      "(reference schedule, pixel L1 on [-1, 1])", pair_command(FAMILY, pair),
                      needs=("dcgan", "encoder", "classifier"))
+
+
+REFERENCE_FAMILY = "c3lt_reference"
+"""C3LT's maps on the reference backbone (the C3LT code's DCGAN and per-pair encoders): ``c3lt_reference_<q>_<t>``."""
+
+
+def reference_pair_spec(pair: tuple[int, int]) -> ModelSpec:
+    """One pair's maps on the reference backbone, at the same reference schedule as :func:`pair_spec`."""
+    q, t = pair
+    encoder = REFERENCE_BACKBONE.encoder(pair)
+    return ModelSpec(pair_name(REFERENCE_FAMILY, pair), lambda: C3LTMaps(pair),
+                     partial(fit_c3lt, backbone=REFERENCE_BACKBONE),
+                     partial(c3lt_test_validity, backbone=REFERENCE_BACKBONE), "test_validity", True,
+                     TrainConfig(epochs=C3LT_EPOCHS, seed=40, lr=1e-3, digits=pair, cosine=False, halve_every=25),
+                     0.95, f"C3LT latent maps g: {q}->{t}, h: {t}->{q} on the frozen dcgan_reference and {encoder} "
+                     "(reference schedule, pixel L1 on [-1, 1])", pair_command(REFERENCE_FAMILY, pair),
+                     needs=(REFERENCE_BACKBONE.gan, encoder, "classifier"))

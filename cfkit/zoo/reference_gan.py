@@ -12,7 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .gan import GAN
+from ..batching import INFERENCE_BATCH
+from ..data import load_mnist
+from .gan import GAN, fit_encoder
+from .spec import ModelSpec, pair_command, pair_name
+from .training import Needed, TrainConfig
 
 LATENT_DIM = 100
 """The C3LT code's latent size (``--latent_dim 100``)."""
@@ -76,11 +80,12 @@ class ReferenceDCGAN(GAN):
 
 class PairEncoder(nn.Module):
     """The C3LT code's ``EncoderDCGAN``: 28 -> 14 -> 7 -> 3 -> 1 with BatchNorm, a (N, 100) latent for one pair's
-    two classes."""
+    two classes (the pair is a buffer, so a checkpoint remembers it)."""
 
-    def __init__(self, latent_dim: int = LATENT_DIM, width: int = WIDTH) -> None:
+    def __init__(self, pair: tuple[int, int] = (4, 9), latent_dim: int = LATENT_DIM, width: int = WIDTH) -> None:
         super().__init__()
         self.latent_dim = latent_dim
+        self.register_buffer("pair", torch.tensor(pair))
         self.net = nn.Sequential(*_down(1, width, False), *_down(width, width * 2, True),
                                  *_down(width * 2, width * 4, True), nn.Conv2d(width * 4, latent_dim, 4, 2, 1, bias=False),
                                  nn.BatchNorm2d(latent_dim))
@@ -88,3 +93,33 @@ class PairEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(2 * x - 1).flatten(1)
+
+
+FAMILY = "encoder_reference"
+"""The reference backbone's encoders, one a pair: ``encoder_reference_<q>_<t>``."""
+ENCODER_EPOCHS = 20
+"""The C3LT code ships its encoders (``encoder_mnist_<a>_<b>.pt``) but not how they were trained: the kit trains
+each with its own encoder objective on the pair's two classes, 20 epochs (about 2,000 steps of 128)."""
+
+
+def fit_pair_encoder(model: PairEncoder, config: TrainConfig, needed: Needed, max_steps: int | None = None,
+                     progress: bool = True, desc: str = "") -> int:
+    """E against the frozen reference G on the pair's digits: ‖G(E(x)) − x‖² + 0.1·‖E(G(z)) − z‖² (the kit's
+    encoder objective, :func:`cfkit.zoo.gan.fit_encoder`)."""
+    return fit_encoder(model, config, {"dcgan": needed["dcgan_reference"]}, max_steps, progress, desc)
+
+
+@torch.inference_mode()
+def pair_encoder_mse(model: PairEncoder, _: TrainConfig, needed: Needed) -> float:
+    """Mean squared error of G(E(x)) against x over the pair's MNIST test digits."""
+    generator = needed["dcgan_reference"].generator
+    x = load_mnist("test", digits=tuple(model.pair.tolist()))[0]
+    return torch.cat([(generator(model(c)) - c).pow(2).flatten(1).mean(1) for c in x.split(INFERENCE_BATCH)]).mean().item()
+
+
+def pair_spec(pair: tuple[int, int]) -> ModelSpec:
+    """The zoo entry of one pair's reference encoder, trained against the reference DCGAN."""
+    return ModelSpec(pair_name(FAMILY, pair), lambda: PairEncoder(pair), fit_pair_encoder, pair_encoder_mse,
+                     "test_mse", False, TrainConfig(epochs=ENCODER_EPOCHS, seed=32, digits=pair, cosine=False),
+                     0.03, f"the C3LT code's encoder of pair {pair[0]}->{pair[1]}, inverting dcgan_reference",
+                     pair_command(FAMILY, pair), needs=("dcgan_reference",))
