@@ -139,13 +139,22 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
 
 
 def _cmd_backbone(args: argparse.Namespace) -> None:
+    from functools import partial
+
     from .data import ensure_mnist
     from .zoo.checkpoints import load
-    from .zoo.curve import GANCurveConfig, GANCurveRun
+    from .zoo.curve import DenoiserCurveConfig, DenoiserCurveRun, GANCurveConfig, GANCurveRun
 
     ensure_mnist(verbose=False)
-    config = GANCurveConfig(max_epochs=args.max_epochs, samples=args.samples)
-    run = GANCurveRun(args.dir, config, device=args.device, register_into=args.register_into)
+    if args.name == "dcgan_reference":
+        config = GANCurveConfig(max_epochs=args.max_epochs or 100, samples=args.samples or 10_000)
+        run = GANCurveRun(args.dir, config, device=args.device, register_into=args.register_into)
+    else:  # LDCE's denoiser, with LDCE itself scored on the faithfulness subset at every curve point
+        from .faithfulness import ldce_with_denoiser
+
+        config = DenoiserCurveConfig(max_epochs=args.max_epochs or 64, samples=args.samples or 500)
+        run = DenoiserCurveRun(args.dir, config, device=args.device,
+                               extra=partial(ldce_with_denoiser, n_queries=args.ldce_queries))
     done = run.run(load("features", device=run.device), minutes=args.minutes)
     if run.curve:
         run.figure()
@@ -290,13 +299,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", default="results/faithfulness.csv", help="output CSV")
     p.set_defaults(func=_cmd_faithfulness)
 
-    p = sub.add_parser("backbone", help="train C3LT's reference DCGAN in pieces until its FID curve converges "
-                                        "(resumable: run it again to go on)")
-    p.add_argument("name", choices=("dcgan_reference",), help="the backbone to train")
+    p = sub.add_parser("backbone", help="train a backbone in pieces until its FID curve converges (resumable: run "
+                                        "it again to go on): C3LT's reference DCGAN, or LDCE's denoiser")
+    p.add_argument("name", choices=("dcgan_reference", "ldm_unet"), help="the backbone to train")
     p.add_argument("--dir", default=None, help="training folder (default runs/backbones/<name>)")
     p.add_argument("--minutes", type=float, default=None, help="stop after the epoch that passes this budget")
-    p.add_argument("--max-epochs", type=int, default=100, help="the reference's length (default 100)")
-    p.add_argument("--samples", type=int, default=10_000, help="samples scored at each curve point (default 10000)")
+    p.add_argument("--max-epochs", type=int, default=None,
+                   help="the longest run (default: the C3LT code's 100 epochs for the DCGAN, 64 for the denoiser)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="samples scored at each curve point (default 10000; the denoiser: 500 a class)")
+    p.add_argument("--ldce-queries", type=int, default=100,
+                   help="ldm_unet: LDCE on this many study queries a pair at each curve point (default 100)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--register-into", default=None, metavar="DIR",
                    help="once converged, register the model into this zoo folder (data/checkpoints ships it)")

@@ -277,6 +277,17 @@ def train_with_curve(family: str, pairs: Iterable[tuple[int, int]], directory: s
                      models, device, log=log)
 
 
+def ldce_with_denoiser(unet: nn.Module, n_queries: int = 100, pairs: str | Iterable = PAIRS,
+                       models: MetricModels | None = None) -> dict[str, float]:
+    """LDCE at the table's setting with another denoiser (a training snapshot), on the study subset: the mean
+    row's IM1, kit-FID and validity, for a backbone's curve (``cfkit backbone ldm_unet``)."""
+    method = LDCE(load("classifier"), LDCE_KIT, unet=unet)
+    (mean,) = [r for r in compare_settings({"snapshot": method}, pairs, n_queries, models, queries=study_queries)
+               if r["pair"] == "mean"]
+    return {"ldce_im1": round(mean["im1"], 4), "ldce_fid": round(mean["fid"], 4),
+            "ldce_validity": round(mean["validity"], 4)}
+
+
 def _c3lt_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
     generator, encoder = load("dcgan").generator, load("encoder")
     return lambda x: generator(encoder(x))

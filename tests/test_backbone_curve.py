@@ -9,7 +9,8 @@ from cfkit import cli
 from cfkit.errors import CheckpointError, InputError, QualityError
 from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.zoo.checkpoints import get_spec, load, names, parse_pair_name
-from cfkit.zoo.curve import STATE_FILE, GANCurveConfig, GANCurveRun, converged, curve_epochs
+from cfkit.zoo.curve import (STATE_FILE, DenoiserCurveConfig, DenoiserCurveRun, GANCurveConfig, GANCurveRun, converged,
+                              curve_epochs)
 from cfkit.zoo.reference_gan import PairEncoder, ReferenceDCGAN
 
 TINY = GANCurveConfig(max_epochs=3, samples=32, resamples=20, steps_per_epoch=2)
@@ -106,3 +107,27 @@ def test_the_reference_backbone_families_are_named_and_wired() -> None:
         C3LT(load("classifier"), C3LTConfig(backbone="reference"))
     with pytest.raises(InputError, match="backbone must be one of 'kit', 'reference'"):
         C3LTConfig(backbone="bigger")
+
+
+def test_the_denoisers_curve_resumes_to_the_same_weights_and_scores_per_class(tmp_path) -> None:
+    """LDCE's denoiser on the same resumable run: per-class sample FID with an interval, sample accuracy, and the
+    extra measurement (LDCE on the study subset from the command line; a stand-in here)."""
+    config = DenoiserCurveConfig(max_epochs=2, samples=4, resamples=10, steps_per_epoch=2)
+    seen = []
+
+    def extra(unet: torch.nn.Module) -> dict:
+        seen.append(type(unet).__name__)
+        return {"ldce_validity": 0.5}
+
+    whole = DenoiserCurveRun(tmp_path / "whole", config, results_dir=tmp_path / "r1", extra=extra)
+    whole.run(load("features"))
+    pieces = DenoiserCurveRun(tmp_path / "pieces", config, results_dir=tmp_path / "r2")
+    pieces.run(load("features"), minutes=0)
+    DenoiserCurveRun(tmp_path / "pieces", config, results_dir=tmp_path / "r2").run(load("features"))
+    resumed = torch.load(tmp_path / "pieces" / "epoch_2.pt", weights_only=True)
+    assert all(torch.equal(resumed[k], v) for k, v in whole.snapshot().items()), "the EMA weights, resumed or not"
+    point = whole.curve[-1]
+    assert point["fid_lo"] <= point["fid"] <= point["fid_hi"] and 0 <= point["sample_accuracy"] <= 1
+    assert point["ldce_validity"] == 0.5 and seen == ["LatentUNet", "LatentUNet"]
+    header = (tmp_path / "r1" / "backbones" / "ldm_unet_curve.csv").read_text().splitlines()[0]
+    assert header.endswith("sample_accuracy,ldce_validity")

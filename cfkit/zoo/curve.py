@@ -17,11 +17,13 @@ import io
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..bootstrap import FrechetReference, counts, interval, resample_indices
 from ..data import load_mnist
@@ -72,10 +74,12 @@ def converged(previous: dict | None, current: dict) -> bool:
     return abs(current["fid"] - previous["fid"]) < (current["fid_hi"] - current["fid_lo"]) / 2
 
 
-class GANCurveRun:
-    """The reference DCGAN's resumable training in ``directory``, scored on its curve."""
+class CurveRun:
+    """A resumable training run in ``directory`` scored on its curve; a subclass builds the model and optimisers
+    (``_build``), names the state to save (``_parts``), prepares the data and the scoring once a run
+    (``_prepare``), trains one epoch (``train_epoch``) and scores the model (``score``: FID and its interval)."""
 
-    name = "dcgan_reference"
+    name = "backbone"
 
     def __init__(self, directory: str | Path | None = None, config: GANCurveConfig = GANCurveConfig(),
                  device: str | None = "cpu", results_dir: str | Path | None = None,
@@ -86,13 +90,35 @@ class GANCurveRun:
         self.results_dir = Path(results_dir or RESULTS_DIR) / CURVE_DIR
         self.register_into = register_into
         self.config, self.device = config, resolve_device(device)
-        torch.manual_seed(config.seed)  # the constructor draws the initial weights
-        self.model = ReferenceDCGAN().to(self.device)
-        betas = (config.beta1, 0.999)
-        self.opt_g = torch.optim.Adam(self.model.generator.parameters(), lr=config.lr, betas=betas)
-        self.opt_d = torch.optim.Adam(self.model.discriminator.parameters(), lr=config.lr, betas=betas)
+        torch.manual_seed(config.seed)  # the constructors draw the initial weights
+        self._build()
         self.epochs_done, self.steps, self.seconds, self.curve = 0, 0, 0.0, []
         self._resume()
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _parts(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _prepare(self, features: nn.Module) -> Any:
+        raise NotImplementedError
+
+    def train_epoch(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def score(self, features: nn.Module, context: Any) -> dict:
+        raise NotImplementedError
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """The weights kept at each curve point (and shipped): the model's."""
+        return self.model.state_dict()
+
+    def _generators(self) -> tuple[torch.Generator, torch.Generator]:
+        """This epoch's shuffle and noise generators, seeded by (seed, epoch): a resumed run draws the same."""
+        epoch = self.epochs_done + 1
+        return (torch.Generator().manual_seed(self.config.seed * 100_003 + epoch),
+                torch.Generator().manual_seed(self.config.seed * 100_003 + epoch + 50_000))
 
     # ---- state ----
     def _resume(self) -> None:
@@ -104,9 +130,8 @@ class GANCurveRun:
             if state["config"] != asdict(self.config):
                 raise CheckpointError(f"{path} was trained with {state['config']}, not {asdict(self.config)}; "
                                       "give the same settings, or another --dir to start afresh.")
-            self.model.load_state_dict(state["model"])
-            self.opt_g.load_state_dict(state["opt_g"])
-            self.opt_d.load_state_dict(state["opt_d"])
+            for key, part in self._parts().items():
+                part.load_state_dict(state[key])
         except CheckpointError:
             raise
         except Exception as exc:  # a truncated or foreign file
@@ -118,41 +143,8 @@ class GANCurveRun:
 
     def _save(self) -> None:
         atomic_torch_save(self.directory / STATE_FILE, {
-            "model": self.model.state_dict(), "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
-            "epochs_done": self.epochs_done, "steps": self.steps, "seconds": self.seconds, "curve": self.curve,
-            "config": asdict(self.config)})
-
-    # ---- training ----
-    def train_epoch(self, images: torch.Tensor) -> None:
-        """One epoch of the reference's alternating D and G steps, drawn from (seed, epoch)."""
-        epoch = self.epochs_done + 1
-        shuffle = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
-        noise = torch.Generator().manual_seed(self.config.seed * 100_003 + epoch + 50_000)
-        g, d = self.model.generator, self.model.discriminator
-        self.model.train()
-        order = torch.randperm(len(images), generator=shuffle).split(self.config.batch_size)
-        for step, batch in enumerate(order[: self.config.steps_per_epoch]):
-            real = images[batch].to(self.device)
-            fake = g(torch.randn(len(real), g.latent_dim, generator=noise).to(self.device))
-            loss_d = critic_loss(d(real), d(fake.detach()))
-            self.opt_d.zero_grad(set_to_none=True)
-            loss_d.backward()
-            self.opt_d.step()
-            loss_g = looks_real(d(fake))
-            self.opt_g.zero_grad(set_to_none=True)
-            loss_g.backward()
-            self.opt_g.step()
-            self.steps += 1
-        self.model.eval()
-        self.epochs_done = epoch
-
-    def score(self, features: nn.Module, reference: FrechetReference) -> dict:
-        """FID of the seeded samples against the test set, with its bootstrap interval over the samples."""
-        fake = embed(FeatureExtractor(features), self.model.sample(self.config.samples, seed=self.config.seed))
-        replicates = reference.distances(fake, counts(resample_indices(len(fake), self.config.resamples, 0)))
-        point = reference.distance(fake)
-        low, high = interval(point, replicates, bounds=(0.0, None))
-        return {"fid": round(point, 4), "fid_lo": round(low, 4), "fid_hi": round(high, 4)}
+            **{key: part.state_dict() for key, part in self._parts().items()}, "epochs_done": self.epochs_done,
+            "steps": self.steps, "seconds": self.seconds, "curve": self.curve, "config": asdict(self.config)})
 
     def run(self, features: nn.Module, minutes: float | None = None, log: Callable[[str], None] = print) -> bool:
         """Train on until converged, ``max_epochs``, or ``minutes`` spent (checked after each epoch); return
@@ -160,22 +152,21 @@ class GANCurveRun:
         if self.curve and self.curve[-1]["converged"]:
             log(f"{self.name}: converged at epoch {self.curve[-1]['epoch']} (FID {self.curve[-1]['fid']}); nothing to do")
             return True
-        images = load_mnist("train")[0]
-        reference = FrechetReference(embed(FeatureExtractor(features), load_mnist("test")[0]))
+        data, context = self._prepare(features)
         points, start = curve_epochs(self.config.max_epochs), time.perf_counter()
         while self.epochs_done < self.config.max_epochs:
             began = time.perf_counter()
-            self.train_epoch(images)
+            self.train_epoch(data)
             self.seconds += time.perf_counter() - began
             message = f"{self.name}: epoch {self.epochs_done} done ({self.steps} steps, {self.seconds:.0f} s trained)"
             if self.epochs_done in points:
                 point = {"epoch": self.epochs_done, "steps": self.steps, "seconds": round(self.seconds, 1),
-                         **self.score(features, reference), "device": str(self.device)}
+                         **self.score(features, context), "device": str(self.device)}
                 previous = self.curve[-1] if self.curve else None
                 point["moved"] = round(abs(point["fid"] - previous["fid"]), 4) if previous else None
                 point["converged"] = converged(previous, point)
                 self.curve.append(point)
-                atomic_torch_save(self.directory / f"epoch_{self.epochs_done}.pt", self.model.state_dict())
+                atomic_torch_save(self.directory / f"epoch_{self.epochs_done}.pt", self.snapshot())
                 self._write_curve()
                 message += f"; FID {point['fid']} [{point['fid_lo']}, {point['fid_hi']}]"
             self._save()
@@ -190,8 +181,9 @@ class GANCurveRun:
                 return False
         return bool(self.curve and self.curve[-1]["converged"])
 
+
     def register(self, features: nn.Module) -> dict:
-        """Ship the model as the zoo's ``dcgan_reference`` (into ``register_into``), its manifest entry carrying the
+        """Ship the model as the zoo's model of this name (into ``register_into``), its manifest entry carrying the
         quality figure, the device, the seconds and the curve."""
         from .checkpoints import get_spec, register  # the registry imports this module's model: imported here
 
@@ -212,7 +204,169 @@ class GANCurveRun:
 
     def _write_curve(self) -> Path:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, CURVE_COLUMNS, lineterminator="\n")
+        extra = [key for point in self.curve for key in point if key not in CURVE_COLUMNS]
+        writer = csv.DictWriter(buffer, [*CURVE_COLUMNS, *dict.fromkeys(extra)], lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.curve)
         return atomic_write_text(self.results_dir / f"{self.name}_curve.csv", buffer.getvalue())
+
+
+def fid_with_interval(reference: FrechetReference, fake: torch.Tensor, resamples: int) -> dict:
+    """FID of ``fake`` features against ``reference``, with a 95 % bootstrap interval over the fake rows."""
+    replicates = reference.distances(fake, counts(resample_indices(len(fake), resamples, 0)))
+    point = reference.distance(fake)
+    low, high = interval(point, replicates, bounds=(0.0, None))
+    return {"fid": round(point, 4), "fid_lo": round(low, 4), "fid_hi": round(high, 4)}
+
+
+class GANCurveRun(CurveRun):
+    """The reference DCGAN's resumable training, scored on its curve."""
+
+    name = "dcgan_reference"
+
+    def _build(self) -> None:
+        self.model = ReferenceDCGAN().to(self.device)
+        betas = (self.config.beta1, 0.999)
+        self.opt_g = torch.optim.Adam(self.model.generator.parameters(), lr=self.config.lr, betas=betas)
+        self.opt_d = torch.optim.Adam(self.model.discriminator.parameters(), lr=self.config.lr, betas=betas)
+
+    def _parts(self) -> dict[str, Any]:
+        return {"model": self.model, "opt_g": self.opt_g, "opt_d": self.opt_d}
+
+    def _prepare(self, features: nn.Module) -> tuple[torch.Tensor, FrechetReference]:
+        return load_mnist("train")[0], FrechetReference(embed(FeatureExtractor(features), load_mnist("test")[0]))
+
+    def train_epoch(self, images: torch.Tensor) -> None:
+        """One epoch of the reference's alternating D and G steps, drawn from (seed, epoch)."""
+        shuffle, noise = self._generators()
+        g, d = self.model.generator, self.model.discriminator
+        self.model.train()
+        order = torch.randperm(len(images), generator=shuffle).split(self.config.batch_size)
+        for batch in order[: self.config.steps_per_epoch]:
+            real = images[batch].to(self.device)
+            fake = g(torch.randn(len(real), g.latent_dim, generator=noise).to(self.device))
+            loss_d = critic_loss(d(real), d(fake.detach()))
+            self.opt_d.zero_grad(set_to_none=True)
+            loss_d.backward()
+            self.opt_d.step()
+            loss_g = looks_real(d(fake))
+            self.opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+            self.opt_g.step()
+            self.steps += 1
+        self.model.eval()
+        self.epochs_done += 1
+
+    def score(self, features: nn.Module, reference: FrechetReference) -> dict:
+        """FID of the seeded samples against the test set, with its bootstrap interval over the samples."""
+        fake = embed(FeatureExtractor(features), self.model.sample(self.config.samples, seed=self.config.seed))
+        return fid_with_interval(reference, fake, self.config.resamples)
+
+@dataclass(frozen=True)
+class DenoiserCurveConfig:
+    """LDCE's denoiser (``ldm_unet``: ε-prediction on the shipped VAE's latents, 10 % null labels, EMA 0.999,
+    Adam 1e-3, batch 128) at a constant learning rate, so that every doubling continues the same run (the shipped
+    model used a cosine schedule over 8 epochs), and the curve's measurement."""
+
+    seed: int = 61
+    lr: float = 1e-3
+    batch_size: int = 128
+    max_epochs: int = 64
+    samples: int = 500  # DDIM-50, guidance-3 samples a class scored at every curve point
+    resamples: int = 200
+    label_dropout: float = 0.1
+    ema_decay: float = 0.999
+    steps_per_epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_epochs", "samples", "resamples", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "samples" else 1):
+                raise InputError(f"{name} must be an int >= {2 if name == 'samples' else 1}, got {value!r}.")
+
+
+class DenoiserCurveRun(CurveRun):
+    """``ldm_unet``'s resumable training, scored per class: FID of its samples against the class's test digits
+    (the mean over classes, with a bootstrap interval), the classifier's accuracy on them, and whatever ``extra``
+    measures with the snapshot (LDCE on the faithfulness subset, from the command line)."""
+
+    name = "ldm_unet"
+
+    def __init__(self, directory: str | Path | None = None, config: DenoiserCurveConfig = DenoiserCurveConfig(),
+                 device: str | None = "cpu", results_dir: str | Path | None = None,
+                 extra: Callable[[nn.Module], dict] | None = None) -> None:
+        self.extra = extra
+        super().__init__(directory, config, device, results_dir)
+
+    def _build(self) -> None:
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+        from .diffusion import LatentUNet
+
+        self.model = LatentUNet().to(self.device)
+        self.ema = AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(self.config.ema_decay))
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.config.lr)
+
+    def _parts(self) -> dict[str, Any]:
+        return {"model": self.model, "ema": self.ema, "opt": self.opt}
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """The EMA weights, which sample better (what the shipped ``ldm_unet`` holds)."""
+        return self.ema.module.state_dict()
+
+    def _prepare(self, features: nn.Module) -> tuple[tuple, dict]:
+        from .checkpoints import load  # the registry imports this module: imported here
+
+        vae, classifier = load("ldm_vae", device=self.device), load("classifier", device=self.device)
+        x, y = load_mnist("train")
+        extractor = FeatureExtractor(features)
+        test_x, test_y = load_mnist("test")
+        references = {d: FrechetReference(embed(extractor, test_x[test_y == d])) for d in range(10)}
+        return (x, y, vae), {"vae": vae, "classifier": classifier, "extractor": extractor, "references": references}
+
+    def train_epoch(self, data: tuple) -> None:
+        """One epoch of ε-prediction on the VAE's latents, the EMA updated after every step."""
+        from .diffusion import NULL_CLASS, TRAIN_TIMESTEPS, noise_schedule
+
+        x, y, vae = data
+        shuffle, noise = self._generators()
+        schedule = noise_schedule()
+        self.model.train()
+        for batch in torch.randperm(len(x), generator=shuffle).split(self.config.batch_size)[: self.config.steps_per_epoch]:
+            images, labels = x[batch].to(self.device), y[batch].to(self.device)
+            with torch.no_grad():
+                z = vae.encode(images)
+            dropped = torch.rand(len(labels), generator=noise).to(self.device) < self.config.label_dropout
+            labels = torch.where(dropped, torch.full_like(labels, NULL_CLASS), labels)
+            t = torch.randint(0, TRAIN_TIMESTEPS, (len(labels),), generator=noise).to(self.device)
+            eps = torch.randn(z.shape, generator=noise).to(self.device)
+            loss = F.mse_loss(self.model(schedule.add_noise(z, eps, t), t, labels), eps)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.ema.update_parameters(self.model)
+            self.steps += 1
+        self.model.eval()
+        self.epochs_done += 1
+
+    def score(self, features: nn.Module, context: dict) -> dict:
+        """Per-class sample FID (mean over classes, with its interval), sample accuracy, and ``extra``."""
+        from .diffusion import sample_latents
+
+        unet = self.ema.module.eval()
+        labels = torch.arange(10).repeat_interleave(self.config.samples)
+        with torch.inference_mode():
+            latents = sample_latents(unet, labels.to(self.device), generator=torch.Generator().manual_seed(self.config.seed))
+            images = context["vae"].decode(latents).cpu()
+            accuracy = (context["classifier"](images.to(self.device)).argmax(1).cpu() == labels).float().mean().item()
+        per_class, replicates = [], []
+        weights = counts(resample_indices(self.config.samples, self.config.resamples, 0))
+        for digit in range(10):
+            fake = embed(context["extractor"], images[labels == digit])
+            per_class.append(context["references"][digit].distance(fake))
+            replicates.append(context["references"][digit].distances(fake, weights))
+        point = sum(per_class) / 10
+        low, high = interval(point, torch.stack(replicates).mean(0), bounds=(0.0, None))
+        scored = {"fid": round(point, 4), "fid_lo": round(low, 4), "fid_hi": round(high, 4),
+                  "sample_accuracy": round(accuracy, 4)}
+        return {**scored, **(self.extra(unet) if self.extra is not None else {})}
