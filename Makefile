@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 # Notebooks `make reproduce` runs at once (each on cores/JOBS torch threads); JOBS=1 runs them one by one.
 JOBS ?= 2
+# PROFILE=reference: every method at its paper's / public code's setting, into runs/reference and results/reference
+PROFILE ?= default
 # pytest-xdist workers of `make test` (each on cores/TEST_JOBS torch threads, see tests/conftest.py); 0 runs in one process.
 TEST_JOBS ?= logical
 # `make app CLASSIFIER=model.pt` (or package.module:factory with CLASSIFIER_STATE=weights.pt) explains another
@@ -40,7 +42,7 @@ $(VENV)/.installed-docs: $(VENV)/.installed
 
 ## reproduce: set up, get MNIST, verify the shipped zoo, run every notebook headless, write results/
 reproduce: $(VENV)/.installed
-	$(BIN)/cfkit reproduce --jobs $(JOBS)
+	$(BIN)/cfkit reproduce --jobs $(JOBS) --profile $(PROFILE)
 
 ## test: set up with the dev extras, get MNIST once, run the test suite on TEST_JOBS pytest-xdist workers
 test: $(VENV)/.installed-dev

@@ -134,7 +134,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
         notebooks = [nb for nb in reproduce_order() if nb in args.notebooks]  # the reproduction's order
     parameters = for_every_notebook(notebooks or reproduce_order(), values) if values else None
     print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=given["classifier"],
-                    classifier_state=given["classifier_state"], parameters=parameters, notebooks=notebooks))
+                    classifier_state=given["classifier_state"], parameters=parameters, notebooks=notebooks,
+                    profile=args.profile))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
@@ -326,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="a parameter for every notebook that has it, over the protocol's (e.g. -p n_queries 5 for a "
                         "quick look); needs --runs and --results; every value is checked before the first notebook")
+    p.add_argument("--profile", choices=("default", "reference"), default="default",
+                   help="reference: every method at its paper's / public code's setting (CEM 9 x 1000, LDCE 500 DDIM "
+                        "steps, ...) and Inception on every counterfactual, into runs/reference and results/reference")
     p.add_argument("--notebooks", nargs="+", default=None, metavar="NOTEBOOK",
                    help="only these notebooks of the reproduction, in its order (e.g. 01_adversarial 10_metrics)")
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")

@@ -77,9 +77,56 @@ zoo's manifest figures not re-measured); here are the values of the protocol: ev
 notebook not listed (a plugin's) runs at its own defaults."""
 
 
-def protocol_parameters(notebook: str | Path, given: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``notebook``'s parameters at the full protocol (:data:`PROTOCOL`) with ``given`` over them."""
-    return {**PROTOCOL.get(Path(notebook).stem, {}), **(given or {})}
+def protocol_parameters(notebook: str | Path, given: dict[str, Any] | None = None,
+                        profile: str = "default") -> dict[str, Any]:
+    """``notebook``'s parameters at the full protocol (:data:`PROTOCOL`), at the reference settings too for the
+    ``"reference"`` profile (:func:`reference_parameters`), with ``given`` over them."""
+    check_profile(profile)
+    reference = reference_parameters().get(Path(notebook).stem, {}) if profile == "reference" else {}
+    return {**PROTOCOL.get(Path(notebook).stem, {}), **reference, **(given or {})}
+
+
+PROFILES = ("default", "reference")
+"""``default``: the table's settings (every method at its published setting but CEM, which stays at the kit's);
+``reference``: every method at its paper's and public code's setting, Inception on every counterfactual, into
+runs/reference and results/reference."""
+REFERENCE_DIR = "reference"
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ParameterError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}.")
+    return profile
+
+
+def reference_parameters() -> dict[str, dict[str, Any]]:
+    """Each method notebook's parameters at its method's reference config (the faithfulness study's: the C3LT
+    code's attack radius, IBM CEM's 9 × 1000, Goyal et al.'s CVE, Farid et al.'s 500-step LDCE), and Inception on
+    every counterfactual (``inception_cfs`` 0). A reference knob the notebook has no parameter for is an error:
+    the profile would silently run something else."""
+    from dataclasses import asdict
+
+    from .methods.adversarial import ATTACK_REFERENCE
+    from .methods.cem import CEM_REFERENCE
+    from .methods.cve import CVE_REFERENCE
+    from .methods.ldce import LDCE_REFERENCE
+
+    references = {"01_adversarial": ATTACK_REFERENCE, "02_cem": CEM_REFERENCE, "03_cve": CVE_REFERENCE,
+                  "06_ldce": LDCE_REFERENCE}
+    out: dict[str, dict[str, Any]] = {}
+    for notebook in method_notebooks() + [SCORING_NOTEBOOK]:
+        spec = notebook_parameters(notebook)
+        values = {"inception_cfs": 0} if "inception_cfs" in spec else {}
+        config = references.get(notebook)
+        if config is not None:
+            defaults = literal_defaults(spec)
+            missing = [k for k, v in asdict(config).items() if k not in spec and v != asdict(type(config)())[k]]
+            if missing:
+                raise ParameterError(f"{notebook} has no parameter for the reference's {', '.join(missing)}; add "
+                                     "it to the notebook's parameters cell.")
+            values.update({k: v for k, v in asdict(config).items() if k in spec and defaults.get(k) != v})
+        out[notebook] = values
+    return out
 
 
 def for_every_notebook(notebooks: Iterable[str], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -244,6 +291,7 @@ def reproduce(
     runs_dir: str | Path | None = None, results_dir: str | Path | None = None,
     notebooks: Iterable[str] | None = None, parameters: dict[str, dict[str, Any]] | None = None,
     log: Any = None, jobs: int = 1, classifier: str | None = None, classifier_state: str | None = None,
+    profile: str = "default",
 ) -> str:
     """Get MNIST, check the zoo loads, run the notebooks (:func:`reproduce_order` unless ``notebooks`` names
     some; at the full protocol, :data:`PROTOCOL`, unless ``parameters`` gives a notebook other values, which win),
@@ -265,14 +313,16 @@ def reproduce(
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ParameterError(f"jobs must be an int >= 1 (notebooks run at once), got {jobs!r}.")
     log = log or sys.stderr
-    runs_dir, results_dir = Path(runs_dir or RUNS_DIR), Path(results_dir or RESULTS_DIR)
+    check_profile(profile)
+    folder = REFERENCE_DIR if profile == "reference" else ""  # the reference's runs and table live apart
+    runs_dir, results_dir = Path(runs_dir or RUNS_DIR / folder), Path(results_dir or RESULTS_DIR / folder)
     notebooks, given = list(reproduce_order() if notebooks is None else notebooks), dict(parameters or {})
     full_size = not any(given.values()) and classifier is None  # every notebook at the protocol, for the zoo classifier
-    if any(given.values()) and classifier is None:
+    if any(given.values()) and classifier is None and profile == "default":
         _own_folders(runs_dir, results_dir, "a reproduction with other parameter values")
     if classifier is not None:
         notebooks, given = _for_classifier(notebooks, given, classifier, classifier_state, runs_dir, results_dir, log)
-    parameters = {nb: protocol_parameters(nb, given.get(nb)) for nb in notebooks}
+    parameters = {nb: protocol_parameters(nb, given.get(nb), profile) for nb in notebooks}
     needs = reproduce_needs()
     for notebook in needs:  # the scoring notebook reads the sets where this reproduction writes them
         if notebook in notebooks:
@@ -297,7 +347,7 @@ def reproduce(
                 inception_references(extractor, target)
             say("Inception extractor verified and its reference features and statistics cached")
     seconds: dict[str, float] = {}
-    profile: dict[str, dict[str, float]] = {}
+    phases: dict[str, dict[str, float]] = {}
     counter = iter(range(1, len(notebooks) + 1))
 
     def run_one(notebook: str) -> None:
@@ -312,7 +362,7 @@ def reproduce(
             else:
                 _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook], share)
         seconds[notebook] = round(time.perf_counter() - began, 1)
-        profile[notebook] = _profile(notebook, out_dir, seconds[notebook])
+        phases[notebook] = _profile(notebook, out_dir, seconds[notebook])
         executed = out_dir / f"{notebook}.ipynb"  # papermill's output, copied for reading without running
         atomic_write_bytes(results_dir / EXECUTED_DIR / executed.name, executed.read_bytes())
         say(f"{notebook} done in {seconds[notebook]:.0f} s")
@@ -343,7 +393,8 @@ def reproduce(
     table = collect_table(runs_dir, results_dir=results_dir)
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
-        "seconds": total, "notebooks": seconds, "profile": profile, "full_size": full_size, "jobs": jobs,
+        "seconds": total, "notebooks": seconds, "profile": phases, "settings": profile, "full_size": full_size,
+        "jobs": jobs,
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -8,6 +8,7 @@ import papermill
 import pytest
 
 from cfkit import cli, expected, reproduce
+from cfkit.errors import ParameterError
 from cfkit.expected import EXPECTED_DIR
 from cfkit.parameter_values import check_values
 from cfkit.run import check_parameters, literal_defaults, notebook_parameters
@@ -119,3 +120,34 @@ def test_the_metrics_notebook_names_the_notebooks_still_to_run() -> None:
     assert "make reproduce" in note
     everything = ["original_data", "adv_attack", "cem", "cve", "expgan", "c3lt", "ldce"]
     assert missing_note([{"method": m} for m in everything], "../runs") is None
+
+
+def test_the_reference_profile_sets_every_reference_knob_a_notebook_has() -> None:
+    from cfkit.methods.cem import CEM_REFERENCE
+
+    reference = reproduce.reference_parameters()
+    cem = reference["02_cem"]
+    assert {k: cem[k] for k in ("kappa", "gamma", "search_steps", "iterations", "hinge", "success")} == {
+        "kappa": CEM_REFERENCE.kappa, "gamma": CEM_REFERENCE.gamma, "search_steps": 9, "iterations": 1000,
+        "hinge": "pn", "success": "kappa"}
+    assert reference["06_ldce"]["steps"] == 500, "Farid et al.'s 500-step DDIM schedule"
+    assert all(values["inception_cfs"] == 0 for values in reference.values()), "Inception on every counterfactual"
+    assert reproduce.protocol_parameters("02_cem", {"iterations": 5}, "reference")["iterations"] == 5, "given wins"
+    with pytest.raises(ParameterError, match="profile must be one of default, reference"):
+        reproduce.protocol_parameters("02_cem", profile="papers")
+
+
+def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path) -> None:
+    """`cfkit reproduce --profile reference` on the CPU, two notebooks at a tiny size: CEM runs the reference's
+    pertinent-negative hinge, and the table and record land in the profile's folders."""
+    from cfkit.run import read_record
+
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    assert cli.main(["reproduce", "--profile", "reference", "--notebooks", "02_cem", "10_metrics", "--runs", str(runs),
+                     "--results", str(results), "-p", "n_queries", "2", "-p", "pairs", "4->9", "-p", "inception",
+                     "False", "-p", "iterations", "5", "-p", "search_steps", "2"]) == 0
+    parameters = read_record(runs / "02_cem")["parameters"]
+    assert parameters["hinge"] == "pn" and parameters["kappa"] == 10.0 and parameters["gamma"] == 100.0
+    assert json.loads((results / "reproduce.json").read_text())["settings"] == "reference"
+    rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
+    assert ["cem", "mean"] in rows and ["original_data", "mean"] in rows

@@ -79,7 +79,7 @@ def candidate_specs() -> list[ModelSpec]:
                   "the C3LT code's DCGAN (ngf 64, 4 transposed convolutions, BatchNorm, Tanh mapped to [0, 1]); FID of "
                   "10k samples vs MNIST test in the features space", "cfkit backbone dcgan_reference",
                   needs=("features",)),
-    ]
+    ] + [pair_spec(family, pair) for family in PAIR_FAMILIES if family not in SHIPPED_PAIR_FAMILIES for pair in PAIRS]
 
 
 PAIR_FAMILIES: dict[str, Callable[[tuple[int, int]], ModelSpec]] = {
@@ -87,6 +87,8 @@ PAIR_FAMILIES: dict[str, Callable[[tuple[int, int]], ModelSpec]] = {
     reference_gan.FAMILY: reference_gan.pair_spec, latent_maps.REFERENCE_FAMILY: latent_maps.reference_pair_spec}
 """Zoo models trained per (query, target) pair, named ``<family>_<q>_<t>``: each family's spec of one pair, as
 the module of its model declares it."""
+SHIPPED_PAIR_FAMILIES = (latent_maps.FAMILY, explaingan.FAMILY)
+"""The families the zoo ships for the protocol's pairs; the reference backbone's come once it is trained."""
 
 
 def pair_spec(family: str, pair: tuple[int, int]) -> ModelSpec:
@@ -162,7 +164,7 @@ def _specs() -> dict[str, ModelSpec]:
     ]
     specs += gan_specs()
     specs += diffusion_specs()
-    specs += [pair_spec(family, pair) for family in PAIR_FAMILIES for pair in PAIRS]
+    specs += [pair_spec(family, pair) for family in SHIPPED_PAIR_FAMILIES for pair in PAIRS]
     return {s.name: s for s in specs}
 
 
