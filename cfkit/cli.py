@@ -148,12 +148,14 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
 
     ensure_mnist(verbose=False)
     if args.name == "dcgan_reference":
-        config = GANCurveConfig(max_epochs=args.max_epochs or 100, samples=args.samples or 10_000)
+        config = GANCurveConfig(max_epochs=100 if args.max_epochs is None else args.max_epochs,
+                                samples=10_000 if args.samples is None else args.samples)
         run = GANCurveRun(args.dir, config, device=args.device, register_into=args.register_into)
     else:  # LDCE's denoiser, with LDCE itself scored on the faithfulness subset at every curve point
         from .faithfulness import ldce_with_denoiser
 
-        config = DenoiserCurveConfig(max_epochs=args.max_epochs or 64, samples=args.samples or 500)
+        config = DenoiserCurveConfig(max_epochs=64 if args.max_epochs is None else args.max_epochs,
+                                     samples=500 if args.samples is None else args.samples)
         run = DenoiserCurveRun(args.dir, config, device=args.device,
                                extra=partial(ldce_with_denoiser, n_queries=args.ldce_queries))
     done = run.run(load("features", device=run.device), minutes=args.minutes)
@@ -188,7 +190,9 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         print(f"written to {faithfulness.write_csv(faithfulness.merge(args.merge, rename), args.csv)}")
         return
     if args.floor:
-        rows = faithfulness.backbone_floor(args.floor, pairs, args.n_queries)
+        from .methods.c3lt import C3LT
+
+        rows = faithfulness.backbone_floor(C3LT.name if args.floor is True else args.floor, pairs, args.n_queries)
         print(f"written to {faithfulness.write_csv(rows, args.csv)}")
         return
     if args.c3lt_ablation:
@@ -280,12 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--n-queries", type=int, default=100, help="study queries per pair (default 100)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the reference CEM needs hours on 2 CPU cores)")
     p.add_argument("--cem-patience", type=int, default=0, help="CEM early stopping for the curve points (0: none)")
-    p.add_argument("--train", default=None, choices=tuple(checkpoints.PAIR_FAMILIES),
+    p.add_argument("--train", default=None, choices=checkpoints.SHIPPED_PAIR_FAMILIES,
                    help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
     p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")
-    p.add_argument("--floor", nargs="?", const="c3lt", default=None, choices=("c3lt", "ldce"),
+    p.add_argument("--floor", nargs="?", const=True, default=None, metavar="METHOD",
                    help="instead: a backbone's floor per pair, its reconstruction of real target digits: C3LT's "
-                        "G(E(x)) (the default) or LDCE's VAE D(E(x))")
+                        "G(E(x)) (no METHOD) or, naming it, LDCE's VAE D(E(x))")
     p.add_argument("--c3lt-ablation", action="store_true",
                    help="instead: retrain one pair's C3LT maps (default 5->6, --max-steps default 1000) with each loss "
                         "term off or up and a wider map, and score each")

@@ -384,8 +384,9 @@ def _check_classifier_override(spec: ModelSpec, classifier: nn.Module | None, di
     if classifier is None:
         return
     if SHIPPED_CLASSIFIER not in spec.needs:
+        against = [f for f, family_spec in PAIR_FAMILIES.items() if SHIPPED_CLASSIFIER in family_spec((4, 9)).needs]
         raise InputError(f"{spec.name} is not trained against a classifier; --classifier goes with the per-pair "
-                         f"models ({', '.join(PAIR_FAMILIES)}).")
+                         f"models ({', '.join(against)}).")
     if directory is None or Path(directory).resolve() == CHECKPOINT_DIR.resolve():
         raise InputError(f"{spec.name} trained for another classifier would replace the shipped one; give it a "
                          "folder of its own (--out DIR, or directory=).")
