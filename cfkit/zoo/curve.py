@@ -17,9 +17,9 @@ import io
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,10 +55,15 @@ class GANCurveConfig:
     steps_per_epoch: int | None = None  # None: the whole training set (smoke tests cap it)
 
     def __post_init__(self) -> None:
-        for name in ("max_epochs", "samples", "resamples", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "samples" else 1):
-                raise InputError(f"{name} must be an int >= {2 if name == 'samples' else 1}, got {value!r}.")
+        check_counts(self)
+
+
+def check_counts(config: Any) -> None:
+    """Refuse a curve config whose epochs, samples, resamples or batch size is not a positive int (samples >= 2)."""
+    for name in ("max_epochs", "samples", "resamples", "batch_size"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "samples" else 1):
+            raise InputError(f"{name} must be an int >= {2 if name == 'samples' else 1}, got {value!r}.")
 
 
 def curve_epochs(max_epochs: int) -> list[int]:
@@ -81,10 +86,10 @@ class CurveRun:
 
     name = "backbone"
 
-    def __init__(self, directory: str | Path | None = None, config: GANCurveConfig = GANCurveConfig(),
+    def __init__(self, directory: str | Path | None = None, config: Any = GANCurveConfig(),
                  device: str | None = "cpu", results_dir: str | Path | None = None,
                  register_into: str | Path | None = None) -> None:
-        """``register_into``: the zoo folder the model is registered into once it converges (the CLI gives the
+        """``config``: the subclass's (:class:`GANCurveConfig`, :class:`DenoiserCurveConfig`). ``register_into``: the zoo folder the model is registered into once it converges (the CLI gives the
         shipped zoo's, data/checkpoints); None registers nothing."""
         self.directory = Path(directory or RUNS_DIR / CURVE_DIR / self.name)
         self.results_dir = Path(results_dir or RESULTS_DIR) / CURVE_DIR
@@ -279,10 +284,7 @@ class DenoiserCurveConfig:
     steps_per_epoch: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_epochs", "samples", "resamples", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "samples" else 1):
-                raise InputError(f"{name} must be an int >= {2 if name == 'samples' else 1}, got {value!r}.")
+        check_counts(self)
 
 
 class DenoiserCurveRun(CurveRun):
