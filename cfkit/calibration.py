@@ -33,13 +33,12 @@ import torch
 from . import bootstrap
 from .data import PAIRS, load_mnist, pair_name
 from .errors import MissingResultsError, ParameterError
-from .methods import catalog
 from .methods.adversarial import AdversarialAttack
 from .methods.original import OriginalData
 from .metrics import im1_terms, im2_scores, per_image_ratios, ratio_of_sums
 from .paths import RESULTS_DIR, RUNS_DIR, atomic_write_json
 from .plots import save_figure
-from .store import load_counterfactuals, set_path
+from .store import saved_sets
 from .zoo.checkpoints import load
 from .zoo.nets import ClassAutoencoder
 from .zoo.training import TrainConfig, fit_loop, reconstruction_loss, reconstruction_mse_on_test, total_steps
@@ -165,15 +164,8 @@ REAL, ATTACK = OriginalData.name, AdversarialAttack.name
 def _protocol_sets(runs_dir: Path, pairs: Iterable[tuple[int, int]]) -> dict[tuple[str, tuple[int, int]], object]:
     """The saved Original Data and PGD sets of each pair, and held-out real digits: the first test digits of the
     target class, as many as the pair has queries."""
-    sets = {}
-    for method in (REAL, ATTACK):
-        notebook = catalog.get(method).notebook
-        for pair in pairs:
-            path = set_path(runs_dir / notebook, method, pair)
-            if not path.is_file():
-                raise MissingResultsError(f"no {method} set for {pair_name(pair)} at {path}: run `cfkit run {notebook}` "
-                                          "(or `make reproduce`) first.")
-            sets[(method, pair)] = load_counterfactuals(path)
+    pairs = list(pairs)
+    sets = saved_sets(runs_dir, (REAL, ATTACK), pairs)
     for pair in pairs:
         original = sets[(REAL, pair)]
         heldout = load_mnist("test", digits=(pair[1],))[0][: len(original.x_cf)]
@@ -182,14 +174,16 @@ def _protocol_sets(runs_dir: Path, pairs: Iterable[tuple[int, int]]) -> dict[tup
     return sets
 
 
-def _autoencoder(architecture: Architecture, state: dict[str, torch.Tensor]) -> ClassAutoencoder:
+def autoencoder_from(architecture: Architecture, state: dict[str, torch.Tensor]) -> ClassAutoencoder:
+    """An autoencoder of ``architecture`` holding the trained weights ``state``, in eval mode."""
     model = architecture.build()
     model.load_state_dict(state)
     return model.eval()
 
 
-def _train_grid(classes: list[int], grid: list[tuple[Architecture, tuple[int, ...]]], jobs: int,
-                max_steps: int | None) -> dict[tuple[int, Architecture], dict[int, dict]]:
+def train_grid(classes: list[int], grid: list[tuple[Architecture, tuple[int, ...]]], jobs: int,
+               max_steps: int | None) -> dict[tuple[int, Architecture], dict[int, dict]]:
+    """:func:`train_snapshots` of every class for every (architecture, epochs) run, ``jobs`` runs at once."""
     # one torch thread per worker: `jobs` small networks side by side use the cores better than one wide one
     with ProcessPoolExecutor(max_workers=jobs, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         longest_first = sorted(grid, key=lambda run: -max(run[1]) * run[0].parameters())  # ends the pool together
@@ -209,7 +203,7 @@ def run_study(runs_dir: str | Path | None = None, pairs: Iterable[tuple[int, int
     sets = _protocol_sets(runs_dir, pairs)
     ae_all = ae_all or load("ae_all")
     classes = sorted({d for pair in pairs for d in pair})
-    trained = _train_grid(classes, grid, jobs, max_steps)
+    trained = train_grid(classes, grid, jobs, max_steps)
     shipped = {d: load(f"ae_{d}") for d in classes}
     reference = {**GridPoint(SHIPPED, 30).describe(), "shipped": True,
                  "ae_mse": {str(d): reconstruction_mse_on_test(shipped[d], (d,)) for d in classes}}
@@ -217,7 +211,7 @@ def run_study(runs_dir: str | Path | None = None, pairs: Iterable[tuple[int, int
     for architecture, epochs in grid:
         for epoch in sorted(set(epochs)):
             snapshots = {d: trained[(d, architecture)][epoch] for d in classes}
-            autoencoders = {d: _autoencoder(architecture, snapshot["state"]) for d, snapshot in snapshots.items()}
+            autoencoders = {d: autoencoder_from(architecture, snapshot["state"]) for d, snapshot in snapshots.items()}
             setting = {**GridPoint(architecture, epoch).describe(),
                        "ae_mse": {str(d): snapshot["mse"] for d, snapshot in snapshots.items()}}
             rows += _score_setting(setting, pairs, sets, autoencoders, ae_all)

@@ -118,6 +118,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     print(verdict(calibrate(args.runs, jobs=args.jobs)))
 
 
+def _cmd_rank_stability(args: argparse.Namespace) -> None:
+    from .rank_stability import robust_summary, run_study, write_study
+
+    study = run_study(args.runs, args.results, jobs=args.jobs)
+    for path in write_study(study, args.results):
+        print(f"written to {path}")
+    print(robust_summary(study["pairwise"]))
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from .reproduce import for_every_notebook, reproduce, reproduce_order
     from .run import absolute_paths, parse_cli_parameters
@@ -178,6 +187,14 @@ def _cmd_app(args: argparse.Namespace) -> None:
     serve(port=args.port, classifier=args.classifier, classifier_state=args.classifier_state, pair_dir=args.pair_dir)
 
 
+def _positive_ints(text: str, option: str) -> list[int]:
+    """A comma-separated list of counts, e.g. '50,200,1000'; anything else is a one-line error."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    if not values or not all(v.isdigit() and int(v) > 0 for v in values):
+        raise ParameterError(f"{option} takes comma-separated whole numbers above 0 (e.g. '50,200,1000'), got {text!r}.")
+    return [int(v) for v in values]
+
+
 def _cmd_faithfulness(args: argparse.Namespace) -> None:
     """The study's rows (or, with --train, a family's retraining and its curve) into a CSV."""
     from . import faithfulness
@@ -201,12 +218,14 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         print(f"written to {faithfulness.write_csv(rows, args.csv)}")
         return
     if args.train:
-        steps = [int(s) for s in args.curve_steps.split(",") if s.strip()]
+        steps = _positive_ints(args.curve_steps, "--curve-steps")
         rows = faithfulness.train_with_curve(args.train, pairs, args.train_dir, steps, args.n_queries, args.device,
                                              max_steps=args.max_steps, check_quality=not args.no_gate)
     else:
         methods = None if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
-        settings = faithfulness.study_settings(methods, cem_patience=args.cem_patience)
+        budgets = _positive_ints(args.cem_budgets, "--cem-budgets")
+        settings = faithfulness.study_settings(methods, cem_budgets=budgets, cem_patience=args.cem_patience,
+                                               cem_settle=args.cem_settle)
         rows = faithfulness.run_study(settings, pairs, args.n_queries, device=args.device, csv_path=args.csv)
     print(f"written to {faithfulness.write_csv(rows, args.csv)}")
 
@@ -277,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=2, help="autoencoders trained at once (default 2)")
     p.set_defaults(func=_cmd_calibrate)
 
+    p = sub.add_parser("rank-stability", help="every two methods' IM1/IM2 order under every autoencoder setting the "
+                                              "calibration study admits: results/rank_stability.csv")
+    p.add_argument("--runs", default=None, help="runs folder holding the table's sets (default runs/)")
+    p.add_argument("--results", default=None, help="results folder (default results/)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="autoencoders retrained at once (default 2)")
+    p.set_defaults(func=_cmd_rank_stability)
+
     p = sub.add_parser("faithfulness", help="every method at the kit's and the reference settings on the study "
                                             "subset, with budget curves: a CSV (notebook 12 shows it)")
     p.add_argument("--methods", default=None, help="comma-separated methods (default all six)")
@@ -284,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--n-queries", type=int, default=100, help="study queries per pair (default 100)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the reference CEM needs hours on 2 CPU cores)")
     p.add_argument("--cem-patience", type=int, default=0, help="CEM early stopping for the curve points (0: none)")
+    p.add_argument("--cem-settle", default="batch", choices=("batch", "image"),
+                   help="with --cem-patience: a round waits for its slowest image (batch) or each settled image "
+                        "leaves the working batch (image)")
+    p.add_argument("--cem-budgets", default="50,200,1000", help="CEM iterations a round of the curve points")
     p.add_argument("--train", default=None, choices=checkpoints.SHIPPED_PAIR_FAMILIES,
                    help="instead: retrain this family's pairs into --train-dir and score snapshots along the way")
     p.add_argument("--train-dir", default="runs/faithfulness/checkpoints", help="where --train writes checkpoints")

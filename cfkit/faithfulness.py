@@ -71,15 +71,17 @@ def _fista_iterations(result: Result) -> float:
     return result.extras["iterations"].float().mean().item()
 
 
-def cem_settings(budgets: Sequence[int] = (50, 200, 1000), patience: int = 0) -> list[Setting]:
+def cem_settings(budgets: Sequence[int] = (50, 200, 1000), patience: int = 0, settle: str = "batch") -> list[Setting]:
     """The kit's CEM, the reference (9 × 1000) and the reference's hinge, κ, γ at fewer iterations a round;
-    ``patience`` > 0 stops a round early once every image's best iterate has settled (``budget_run``)."""
+    ``patience`` > 0 stops a round early once every image's best iterate has settled (``budget_run``), or, with
+    ``settle="image"``, takes each settled image out of the working batch (the setting's name says so)."""
     kit = CEMConfig()
     rows = [Setting(CEM.name, "kit", kit.search_steps * kit.iterations, "FISTA iterations", _cem(kit),
                     _fista_iterations)]
     for iterations in budgets:
-        config = replace(CEM_REFERENCE, iterations=iterations, patience=patience)
+        config = replace(CEM_REFERENCE, iterations=iterations, patience=patience, settle=settle)
         name = "reference" if iterations == CEM_REFERENCE.iterations else f"reference@{iterations}"
+        name += f", patience {patience} per image" if settle == "image" else ""
         rows.append(Setting(CEM.name, name, config.search_steps * iterations, "FISTA iterations", _cem(config),
                             _fista_iterations))
     return rows
@@ -142,9 +144,10 @@ def studied_methods() -> list[str]:
 
 
 def study_settings(methods: Iterable[str] | None = None, cem_budgets: Sequence[int] = (50, 200, 1000),
-                   ldce_steps: Sequence[int] = (100, 250, 500), cem_patience: int = 0) -> list[Setting]:
+                   ldce_steps: Sequence[int] = (100, 250, 500), cem_patience: int = 0, cem_settle: str = "batch"
+                   ) -> list[Setting]:
     """Every setting of the study (``methods`` keeps some): kit and reference rows, and the budget curves."""
-    every = (fixed_settings() + cem_settings(cem_budgets, cem_patience) + ldce_settings(ldce_steps)
+    every = (fixed_settings() + cem_settings(cem_budgets, cem_patience, cem_settle) + ldce_settings(ldce_steps)
              + pair_model_settings())
     if methods is None:
         return every

@@ -328,3 +328,49 @@ def training_curve(points: list[dict], name: str, samples: torch.Tensor | None =
         axes[0, 1].set_title(f"samples after epoch {epochs[-1]}", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def rank_stability_figure(scores: list[dict], pairwise: list[dict], labels: dict[str, str] | None = None) -> Figure:
+    """Left: each method's mean IM1 under every admitted instrument (the chosen one shaded). Right, one panel per
+    metric: cell (A, B) is the share of admitted settings under which the row method A scores below the column
+    method B; 0 and 1 are orderings every instrument agrees on, anything between flips."""
+    import numpy as np
+
+    labels = labels or catalog.labels()
+    means = [r for r in scores if r["pair"] == "mean"]
+    settings = list(dict.fromkeys((r["setting"], r["aggregation"]) for r in means))
+    methods = list(dict.fromkeys(r["method"] for r in means))
+    metrics = list(dict.fromkeys(r["metric"] for r in pairwise))
+    fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(7 + 4.6 * len(metrics), 5.2),
+                             gridspec_kw={"width_ratios": [1.6] + [1] * len(metrics)})
+    ax = axes[0]
+    value = {(r["setting"], r["aggregation"], r["method"]): r["im1"] for r in means}
+    for method in methods:
+        ax.plot(range(len(settings)), [value[(*s, method)] for s in settings], marker="o", label=labels.get(method, method))
+    for i, s in enumerate(settings):
+        if any(r["chosen"] for r in means if (r["setting"], r["aggregation"]) == s):
+            ax.axvspan(i - 0.4, i + 0.4, color="0.85", zorder=0)
+    ax.set_xticks(range(len(settings)), [f"{name}, {aggregation}" for name, aggregation in settings], rotation=60,
+                  ha="right", fontsize=7)
+    ax.set_ylabel("IM1, mean over pairs (lower: more like the target)")
+    ax.set_title("IM1 under every admitted instrument (grey: the chosen one)", fontsize=9)
+    ax.legend(fontsize=7)
+    for ax, metric in zip(axes[1:], metrics):
+        grid = np.full((len(methods), len(methods)), np.nan)
+        for row in (r for r in pairwise if r["metric"] == metric):
+            i, j = methods.index(row["a"]), methods.index(row["b"])
+            grid[i, j], grid[j, i] = row["share_a_below"], 1 - row["share_a_below"]
+        ax.imshow(grid, cmap="PiYG", vmin=0, vmax=1)
+        for i in range(len(methods)):
+            for j in range(len(methods)):
+                if i != j:
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                            fontweight="normal" if grid[i, j] in (0.0, 1.0) else "bold")
+        names = [labels.get(m, m) for m in methods]
+        ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(len(methods)), names, fontsize=8)
+        settings_n = next(r["settings"] for r in pairwise if r["metric"] == metric)
+        ax.set_title(f"{metric.upper()}: share of {settings_n} admitted settings with row below column\n"
+                     "(bold: the order flips with the instrument)", fontsize=9)
+    fig.tight_layout()
+    return fig

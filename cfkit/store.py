@@ -8,13 +8,14 @@ later without re-running the method, and never against another classifier.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .data import PAIRS
-from .errors import InputError
+from .errors import InputError, MissingResultsError
 from .methods import catalog
 from .methods.base import Result
 from .paths import atomic_torch_save
@@ -97,3 +98,19 @@ def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
                 pair_order.index(pair) if pair in pair_order else len(pair_order), p.name)
 
     return sorted(paths, key=key)
+
+
+def saved_sets(runs_dir: str | Path, methods: Iterable[str], pairs: Iterable[tuple[int, int]]
+               ) -> dict[tuple[str, tuple[int, int]], CounterfactualSet]:
+    """The saved set of every method and pair, from its catalog notebook's folder under ``runs_dir``; a missing
+    one is a clear error naming the notebook that writes it."""
+    sets = {}
+    for method in methods:
+        notebook = catalog.get(method).notebook
+        for pair in pairs:
+            path = set_path(Path(runs_dir) / notebook, method, pair)
+            if not path.is_file():
+                raise MissingResultsError(f"no {method} set for {pair[0]}->{pair[1]} at {path}: run "
+                                          f"`cfkit run {notebook}` (or `make reproduce`) first.")
+            sets[(method, pair)] = load_counterfactuals(path)
+    return sets
