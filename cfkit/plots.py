@@ -1,6 +1,7 @@
 """Figures shared by every notebook: image grids, query / counterfactual / difference, probability bars."""
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -263,11 +264,13 @@ STUDY_METRICS = (("im1", "IM1 ↓"), ("fid", "kit-FID ↓"), ("validity", "valid
                  ("seconds_per_cf", "s / CF"))
 
 
-def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Figure:
+def budget_curves(rows: list[dict], labels: dict[str, str] | None = None, variants: Sequence[str] = ("per image",)
+                  ) -> Figure:
     """The faithfulness study (mean rows): one row of panels per method with more than two settings, each metric
     over the method's budget (log scale). Curve points are lines, one per device that measured them (the GPU's
-    dashed); ``kit`` is a circle, ``reference`` a star; IM1 and FID carry their 95 % intervals; ``labels`` default
-    to the catalog's."""
+    dashed); ``kit`` is a circle, ``reference`` a star, a setting naming one of ``variants`` (CEM's per-image
+    early stop) a diamond off the curve; IM1 and FID carry their 95 % intervals; ``labels`` default to the
+    catalog's."""
     from matplotlib.ticker import NullFormatter
 
     labels = labels or catalog.labels()
@@ -279,21 +282,23 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None) -> Fig
                              2.1 * max(1, len(methods))), squeeze=False)
     for ax_row, method in zip(axes, methods):
         points = sorted((r for r in means if r["method"] == method), key=lambda r: r["budget"])
-        curve = [r for r in points if r["setting"] != "kit"]
+        marked = [r for r in points if any(v in r["setting"] for v in variants)]
+        curve = [r for r in points if r["setting"] != "kit" and r not in marked]
         for ax, (metric, title) in zip(ax_row, STUDY_METRICS):
             for device in dict.fromkeys(r.get("device") for r in curve):
                 line = [r for r in curve if r.get("device") == device and r.get(metric) is not None]
                 gpu = str(device).startswith("cuda")
                 ax.plot([r["budget"] for r in line], [r[metric] for r in line], "--" if gpu else "-", marker=".",
                         lw=1, color="tab:gray" if gpu else "tab:blue", label="GPU" if gpu else "CPU")
+            styles = {"kit": ("o", "tab:orange"), "reference": ("*", "tab:red")}
             for r in points:
-                if r.get(metric) is None or r["setting"] not in ("kit", "reference"):
+                style = styles.get(r["setting"], ("D", "tab:green") if r in marked else None)
+                if r.get(metric) is None or style is None:
                     continue
                 low, high = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
                 error = None if low is None or high is None else [[r[metric] - low], [high - r[metric]]]
-                ax.errorbar([r["budget"]], [r[metric]], yerr=error, fmt="o" if r["setting"] == "kit" else "*",
-                            color="tab:orange" if r["setting"] == "kit" else "tab:red", ms=7, capsize=2,
-                            label=r["setting"])
+                ax.errorbar([r["budget"]], [r[metric]], yerr=error, fmt=style[0], color=style[1],
+                            ms=7, capsize=2, label=r["setting"])
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
@@ -350,8 +355,11 @@ def rank_stability_figure(scores: list[dict], pairwise: list[dict], labels: dict
     for i, s in enumerate(settings):
         if any(r["chosen"] for r in means if (r["setting"], r["aggregation"]) == s):
             ax.axvspan(i - 0.4, i + 0.4, color="0.85", zorder=0)
-    ax.set_xticks(range(len(settings)), [f"{name}, {aggregation}" for name, aggregation in settings], rotation=60,
-                  ha="right", fontsize=7)
+    shared = os.path.commonprefix([name for name, _ in settings]).rpartition(" ")[0]  # e.g. every capacity's name
+    ax.set_xticks(range(len(settings)), [f"{name[len(shared):].strip()}, {aggregation}" for name, aggregation in settings],
+                  rotation=60, ha="right", fontsize=7)
+    if shared:
+        ax.set_xlabel(f"admitted setting (all {shared}): pixels, code, code activation, epochs, aggregation", fontsize=8)
     ax.set_ylabel("IM1, mean over pairs (lower: more like the target)")
     ax.set_title("IM1 under every admitted instrument (grey: the chosen one)", fontsize=9)
     ax.legend(fontsize=7)
@@ -364,8 +372,9 @@ def rank_stability_figure(scores: list[dict], pairwise: list[dict], labels: dict
         for i in range(len(methods)):
             for j in range(len(methods)):
                 if i != j:
+                    robust = grid[i, j] in (0.0, 1.0)
                     ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                            fontweight="normal" if grid[i, j] in (0.0, 1.0) else "bold")
+                            color="white" if robust else "black", fontweight="normal" if robust else "bold")
         names = [labels.get(m, m) for m in methods]
         ax.set_xticks(range(len(methods)), names, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(methods)), names, fontsize=8)

@@ -370,7 +370,26 @@ def robust_summary(rows: list[dict], labels: dict[str, str] | None = None) -> st
                  if r["verdict"] == "flips"]
         lines.append(f"{metric.upper()} over {chosen[0]['settings']} admitted settings: {len(robust)} of "
                      f"{len(chosen)} orderings hold under all; flip: {', '.join(flips) or 'none'}.")
+    agreement = paper_agreement(rows)
+    lines.append(f"The paper's {sum(len(v) for v in agreement.values())} IM1 orderings: "
+                 + "; ".join(f"{verdict} {len(pairs)} ({', '.join(pairs) or '-'})" for verdict, pairs in
+                             agreement.items()) + ".")
     return "\n".join(lines)
+
+
+def paper_agreement(rows: list[dict], labels: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The paper's IM1 orderings sorted by what the admitted instruments say of them: ``hold under all``,
+    ``flip`` (some settings agree) and ``reversed under all``; each as "A < B" in the paper's order."""
+    labels = labels or catalog.labels()
+    out: dict[str, list[str]] = {"hold under all": [], "flip": [], "reversed under all": []}
+    for row in rows:
+        if row["metric"] != "im1" or row["paper_a_below"] is None:
+            continue
+        low, high = (row["a"], row["b"]) if row["paper_a_below"] else (row["b"], row["a"])
+        agreeing = row["share_a_below"] if row["paper_a_below"] else 1 - row["share_a_below"]
+        verdict = "hold under all" if agreeing == 1 else "reversed under all" if agreeing == 0 else "flip"
+        out[verdict].append(f"{labels[low]} < {labels[high]}")
+    return out
 
 
 def _order(row: dict, labels: dict[str, str]) -> str:

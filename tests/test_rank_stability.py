@@ -76,6 +76,9 @@ def test_pairwise_counts_the_settings_that_agree_and_reads_the_other_orders() ->
     assert attack_cem["flips_with"] == "no single axis decides it"
     assert rows[("im2", "adv_attack", "cem")]["settings"] == 2  # IM2 has one setting per autoencoder set
     assert rows[("im2", "adv_attack", "cem")]["paper_a_below"] is None  # the paper gives IM1 only
+    agreement = rank_stability.paper_agreement(list(rows.values()))
+    assert agreement == {"hold under all": [], "flip": ["Adv. Attack < CEM", "Adv. Attack < CVE"],
+                         "reversed under all": ["CVE < CEM"]}  # the paper: Adv. Attack 1.02, CVE 1.44, CEM 1.68
 
 
 def test_a_retrained_autoencoder_must_reproduce_the_studys_mse() -> None:
