@@ -2,6 +2,8 @@
 eval mode whatever file it came from."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -31,6 +33,14 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         raise InputError(f"device {str(device)!r} is not available here (torch.backends.mps.is_available() is "
                          f"False): {FIX}.")
     return resolved
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s weights live (its first parameter or buffer), the CPU for one with neither: scoring feeds
+    each batch there and brings the outputs back to the CPU."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def in_eval_mode(model: nn.Module) -> nn.Module:

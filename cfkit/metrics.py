@@ -19,6 +19,7 @@ from torch import nn
 
 from .batching import INFERENCE_BATCH
 from .classifiers import fingerprint, load_classifier
+from .devices import model_device, resolve_device
 from .errors import InputError
 from .validate import check_class_ids, check_images, check_targets
 from .zoo.checkpoints import CALIBRATED_AE, load, read_manifest
@@ -31,8 +32,10 @@ COUT_STEPS = 50
 
 
 def _batched(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model`` on ``x`` in batches on the model's device, the outputs back on the CPU."""
+    device = model_device(model)
     with torch.inference_mode():
-        return torch.cat([model(chunk) for chunk in x.split(INFERENCE_BATCH)])
+        return torch.cat([model(chunk.to(device)).cpu() for chunk in x.split(INFERENCE_BATCH)])
 
 
 def _per_class(
@@ -182,21 +185,26 @@ class MetricModels:
     """The calibrated setting's per-class autoencoders (``ae_cal_<d>``): IM1/IM2 a second time, labelled."""
     calibrated_aggregation: str = "mean"
     """How the calibrated IM1 aggregates a set: "mean" of per-image ratios or "sum" (ratio of summed errors)."""
+    device: str = "cpu"
+    """Where the networks run (each batch goes there, the scores come back to the CPU)."""
 
     @classmethod
-    def from_zoo(cls, device: str = "cpu", inception: bool = True, classifier: str | nn.Module = "classifier",
+    def from_zoo(cls, device: str | None = None, inception: bool = True, classifier: str | nn.Module = "classifier",
                  classifier_weights: str | None = None, inception_cfs: int = INCEPTION_CFS) -> MetricModels:
         """The shipped zoo; ``inception``: also fetch and verify the Inception extractor (its columns stay
         empty, with the reason in ``inception_reason``, when it cannot be had), fed the first ``inception_cfs``
         counterfactuals of a set (0: all of them, the full protocol). ``classifier`` (and its
         weights) is the model under explanation (:func:`cfkit.classifiers.load_classifier`): validity and COUT
-        are measured on it; every other model stays the kit's."""
+        are measured on it; every other model stays the kit's. ``device`` None: CUDA when present, else the CPU
+        (as the methods)."""
         if isinstance(inception_cfs, bool) or not isinstance(inception_cfs, int) or inception_cfs < 0:
             raise InputError(f"inception_cfs must be an int >= 0 (0: every counterfactual), got {inception_cfs!r}.")
         names = (["oracle", "features", "ae_all"] + [f"ae_{d}" for d in range(10)]
                  + [f"ae_cal_{d}" for d in range(10)])
         manifest = read_manifest()
+        device = str(resolve_device(device))
         extractor, reason = inception_extractor() if inception else (None, cls.inception_reason)
+        extractor = extractor.to(device) if extractor is not None else None
         explained = load_classifier(classifier, classifier_weights, device=device)
         models = cls(
             classifier=explained,
@@ -206,7 +214,7 @@ class MetricModels:
             ae_all=load("ae_all", device=device),
             inception=extractor, inception_reason=reason, inception_cfs=inception_cfs,
             calibrated={d: load(f"ae_cal_{d}", device=device) for d in range(10)},
-            calibrated_aggregation=CALIBRATED_AE["aggregation"],
+            calibrated_aggregation=CALIBRATED_AE["aggregation"], device=device,
         )
         models.fingerprint = ",".join([f"classifier:{fingerprint(explained)}"]
                                       + [f"{name}:{manifest[name]['sha256']}" for name in names])

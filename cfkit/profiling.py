@@ -18,12 +18,16 @@ PHASES = ("method", "metrics", "inception")
 """The phases the kit times, in the order the profile shows them."""
 
 _totals: dict[str, float] = {}
+_devices: dict[str, set[str]] = {}
 _open: list[list[float]] = []  # per open phase: [seconds spent in phases nested inside it]
 
 
 @contextmanager
-def phase(name: str) -> Iterator[None]:
-    """Add the time spent inside the block to phase ``name`` of this process, less that of phases nested in it."""
+def phase(name: str, device: object = None) -> Iterator[None]:
+    """Add the time spent inside the block to phase ``name`` of this process, less that of phases nested in it;
+    ``device`` (where the phase's tensors live) is kept for :func:`devices`."""
+    if device is not None:
+        _devices.setdefault(name, set()).add(str(device))
     start = time.perf_counter()
     _open.append([0.0])
     try:
@@ -41,9 +45,15 @@ def phases() -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in _totals.items()}
 
 
+def devices() -> dict[str, list[str]]:
+    """The devices each phase ran on so far in this process, e.g. ``{"method": ["cuda:0"], "metrics": ["cpu"]}``."""
+    return {name: sorted(found) for name, found in _devices.items()}
+
+
 def reset() -> None:
     """Forget the phases timed so far (a fresh count, as in a fresh kernel)."""
     _totals.clear()
+    _devices.clear()
 
 
 def cell_seconds(executed_notebook: str | Path) -> float:

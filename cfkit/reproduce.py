@@ -348,6 +348,7 @@ def reproduce(
             say("Inception extractor verified and its reference features and statistics cached")
     seconds: dict[str, float] = {}
     phases: dict[str, dict[str, float]] = {}
+    devices: dict[str, dict[str, list[str]]] = {}
     counter = iter(range(1, len(notebooks) + 1))
 
     def run_one(notebook: str) -> None:
@@ -363,9 +364,11 @@ def reproduce(
                 _run_in_subprocess(notebook, parameters.get(notebook, {}), out_dir, threads[notebook], share)
         seconds[notebook] = round(time.perf_counter() - began, 1)
         phases[notebook] = _profile(notebook, out_dir, seconds[notebook])
+        devices[notebook] = read_record(out_dir).get("devices", {}) if (out_dir / RECORD_FILE).is_file() else {}
         executed = out_dir / f"{notebook}.ipynb"  # papermill's output, copied for reading without running
         atomic_write_bytes(results_dir / EXECUTED_DIR / executed.name, executed.read_bytes())
-        say(f"{notebook} done in {seconds[notebook]:.0f} s")
+        where = ", ".join(f"{name} on {'+'.join(found)}" for name, found in devices[notebook].items())
+        say(f"{notebook} done in {seconds[notebook]:.0f} s" + (f" ({where})" if where else ""))
 
     pending = list(_launch_order(notebooks, results_dir) if jobs > 1 else notebooks)
     share = runs_dir / ".core_share"  # how many notebooks run now: their kernels split the cores by it
@@ -393,7 +396,8 @@ def reproduce(
     table = collect_table(runs_dir, results_dir=results_dir)
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
-        "seconds": total, "notebooks": seconds, "profile": phases, "settings": profile, "full_size": full_size,
+        "seconds": total, "notebooks": seconds, "profile": phases, "devices": devices, "settings": profile,
+        "full_size": full_size,
         "jobs": jobs,
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),

@@ -16,7 +16,7 @@ from typing import Any
 from .errors import MissingResultsError, ParameterError
 from .parameter_values import check_values
 from .paths import NOTEBOOK_DIR, RUNS_DIR, atomic_write_json, make_folder
-from .profiling import phases
+from .profiling import devices, phases
 
 RECORD_FILE = "metrics.json"
 TIMING = ("seconds_per_cf",)
@@ -182,9 +182,11 @@ def record(out_dir: str | Path, numbers: dict[str, float], **extra: Any) -> Path
     """Write a notebook's recorded numbers (flat name -> value) and any extras to ``<out_dir>/metrics.json``.
 
     Written atomically; the tests compare ``numbers`` with ``notebooks/expected/<notebook>.json``. The kernel's
-    timed phases so far (:mod:`cfkit.profiling`) go beside them, for the run's profile.
+    timed phases so far (:mod:`cfkit.profiling`) and the devices they ran on go beside them, for the run's
+    profile.
     """
-    return atomic_write_json(Path(out_dir) / RECORD_FILE, {"numbers": numbers, **extra, "phases": phases()})
+    return atomic_write_json(Path(out_dir) / RECORD_FILE, {"numbers": numbers, **extra, "phases": phases(),
+                                                           "devices": devices()})
 
 
 def read_record(out_dir: str | Path) -> dict[str, Any]:

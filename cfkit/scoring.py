@@ -102,7 +102,7 @@ def evaluate_pair(
     counterfactuals (``n_inception``) and stay empty when ``models.inception`` is None.
     """
     follow_share()
-    with phase("metrics"):
+    with phase("metrics", models.device):
         return _evaluate_pair(x, x_cf, source, target, reference, models, seconds, seed, replicates)
 
 

@@ -5,6 +5,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from cfkit import profiling
 from cfkit.run import read_record, record
@@ -46,6 +47,40 @@ def test_record_writes_the_kernels_phases_beside_the_numbers(tmp_path) -> None:
     record(tmp_path, {"a": 1.0})
     saved = read_record(tmp_path)
     assert saved["numbers"] == {"a": 1.0} and set(saved["phases"]) == {"method"}
+
+
+def test_each_phase_records_the_devices_it_ran_on(tmp_path) -> None:
+    with profiling.phase("method", torch.device("cpu")):
+        with profiling.phase("inception", "cuda:0"):
+            pass
+    with profiling.phase("method", "cpu"), profiling.phase("metrics"):  # no device given: none recorded
+        pass
+    assert profiling.devices() == {"method": ["cpu"], "inception": ["cuda:0"]}
+    record(tmp_path, {})
+    assert read_record(tmp_path)["devices"] == {"method": ["cpu"], "inception": ["cuda:0"]}
+
+
+def test_scoring_runs_each_batch_on_the_models_device_and_returns_cpu_scores() -> None:
+    """The metrics' networks run where their weights are and hand back CPU tensors (on a machine with a GPU the
+    reference profile's test sees them on CUDA)."""
+    from cfkit.devices import model_device
+    from cfkit.metrics import _batched
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(x.device)
+            return x.flatten(1)[:, :10] * self.weight
+
+    probe = Probe()
+    out = _batched(probe, torch.rand(3, 1, 28, 28))
+    assert model_device(probe) == torch.device("cpu") and out.device == torch.device("cpu") and seen == [out.device]
+    assert model_device(torch.nn.ReLU()) == torch.device("cpu"), "a model without weights runs on the CPU"
 
 
 def test_notebook_profile_splits_the_wall_time(tmp_path) -> None:

@@ -6,6 +6,7 @@ import json
 
 import papermill
 import pytest
+import torch
 
 from cfkit import cli, expected, reproduce
 from cfkit.errors import ParameterError
@@ -148,6 +149,10 @@ def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path
                      "False", "-p", "iterations", "5", "-p", "search_steps", "2"]) == 0
     parameters = read_record(runs / "02_cem")["parameters"]
     assert parameters["hinge"] == "pn" and parameters["kappa"] == 10.0 and parameters["gamma"] == 100.0
-    assert json.loads((results / "reproduce.json").read_text())["settings"] == "reference"
+    record = json.loads((results / "reproduce.json").read_text())
+    assert record["settings"] == "reference"
+    here = "cuda:0" if torch.cuda.is_available() else "cpu"  # every stage on CUDA when present, and says so
+    for notebook in ("02_cem", "10_metrics"):  # 10_metrics makes Original Data with a method too
+        assert record["devices"][notebook] == {"method": [here], "metrics": [here]}
     rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
     assert ["cem", "mean"] in rows and ["original_data", "mean"] in rows

@@ -90,7 +90,7 @@ class CounterfactualMethod:
         if source.shape[0] != x.shape[0]:
             raise InputError(f"source has {source.shape[0]} labels for {x.shape[0]} images; give one per image.")
         target = check_targets(target, x.shape[0], source=source)
-        with phase("method"):
+        with phase("method", self.device):
             return self._explain_all(x, target, source)
 
     def _explain_all(self, x: torch.Tensor, target: torch.Tensor, source: torch.Tensor) -> Result:

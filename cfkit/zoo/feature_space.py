@@ -13,6 +13,7 @@ from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.image.kid import KernelInceptionDistance
 
 from ..batching import INFERENCE_BATCH
+from ..devices import model_device
 from ..errors import InputError
 from ..validate import check_images
 
@@ -44,8 +45,9 @@ class Precomputed(nn.Module):
 def embed(extractor: nn.Module, images: torch.Tensor, name: str = "images") -> torch.Tensor:
     """Features of ``images`` in the extractor's space, in batches, without gradients."""
     images = check_images(images, name)
+    device = model_device(extractor)  # the extractor's device; the features come back to the CPU
     with torch.inference_mode():
-        return torch.cat([extractor(chunk) for chunk in images.split(INFERENCE_BATCH)])
+        return torch.cat([extractor(chunk.to(device)).cpu() for chunk in images.split(INFERENCE_BATCH)])
 
 
 def _feed(metric: FrechetInceptionDistance | KernelInceptionDistance, fake: torch.Tensor, real: torch.Tensor) -> None:

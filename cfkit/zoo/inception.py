@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import load_mnist, sha256_file, wheel_member
+from ..devices import model_device
 from ..errors import DataError
 from ..paths import DATA_DIR, atomic_torch_save, atomic_write_bytes
 from ..profiling import phase
@@ -101,8 +102,10 @@ class InceptionExtractor(nn.Module):
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Features of any number of images, in batches."""
         x = check_images(x, "images")
-        with phase("inception"):
-            return torch.cat([self._shared(chunk) for chunk in x.split(BATCH)]) if len(x) else x.new_zeros(0, NUM_FEATURES)
+        device = model_device(self)  # batches run where the extractor is; the features come back to the CPU
+        with phase("inception", device):
+            return (torch.cat([self._shared(chunk.to(device)).cpu() for chunk in x.split(BATCH)]) if len(x)
+                    else x.new_zeros(0, NUM_FEATURES))
 
     def _shared(self, chunk: torch.Tensor) -> torch.Tensor:
         follow_share()  # between chunks, take the cores a reproduction frees
