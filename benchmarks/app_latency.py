@@ -1,7 +1,7 @@
 """The explorer app's latency for one query: each method's panel through the app's own code path, and what
 dominates it; writes (or replaces) the "## App: single-query latency" section of ``results/benchmark.md``.
 
-The app (:class:`cfkit.app.ExplorerApp`, no browser: its widgets run without a front end) explains test digits of
+The app (:class:`cfkit.interactive.app.ExplorerApp`, no browser: its widgets run without a front end) explains test digits of
 the protocol's pairs, so the per-pair methods show too: one query of each pair first (the cold calls: checkpoints,
 CVE's distractor pool of each target digit, first-call overheads), then ``--queries`` more of each pair, timed warm.
 Each panel's wall time is split into the method's ``explain``, the panel's scores (classifier, oracle, calibrated
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from cfkit.app import SETTINGS, Explainer, ExplorerApp
 from cfkit.data import PAIRS
+from cfkit.interactive.app import SETTINGS, Explainer, ExplorerApp
 from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR, atomic_write_text
-from cfkit.reproduce import machine
-from cfkit.table import markdown
+from cfkit.running.reproduce import machine
+from cfkit.scoring.table import markdown
 from throughput import APP_HEADING, replace_section
 
 PHASES = ("method", "scores", "attribution", "draw")
@@ -110,7 +110,7 @@ def section(measured: dict[str, tuple[list[dict], dict]]) -> list[str]:
         f"The explorer app (`make app`) on {host['cpu']}, {host['cores']} cores, torch {host['torch']} with "
         f"{torch.get_num_threads()} threads; measured {time.strftime('%Y-%m-%d')} by `benchmarks/app_latency.py "
         f"--setting {'both' if len(measured) > 1 else next(iter(measured))}` through the app's own code path "
-        "(cfkit.app.ExplorerApp without a browser), on test digits of the protocol's pairs, every method at the "
+        "(cfkit.interactive.app.ExplorerApp without a browser), on test digits of the protocol's pairs, every method at the "
         f"app's {settings} setting{'s' if len(measured) > 1 else ''} ("
         + "; ".join(f"`{setting}`: {SETTINGS[setting]}" for setting in measured) + ").", "",
         "Per method, the median warm panel (`median_s`) and its parts: the method's `explain` (`method_s`), the "

@@ -4,7 +4,7 @@ protocol pair, and the wall time of the last ``make reproduce``: together, ``res
 Each method runs in a fresh process (so its peak resident memory is its own: the process's high-water
 mark, models and data included), which first measures the fp32 peak (matmul and convolution) on its own
 threads, then makes a two-image warm-up call that loads the method's checkpoints, then the timed run. The method's matmul/conv FLOPs per
-counterfactual are counted afterwards (cfkit/compute.py), on the whole pair when the timed run was short, else on
+counterfactual are counted afterwards (cfkit/running/compute.py), on the whole pair when the timed run was short, else on
 evenly spaced queries of it. The reproduce time is read from ``results/reproduce.json``, which ``cfkit reproduce``
 writes.
 
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
-from cfkit.compute import flops_per_counterfactual, peak_gflops, torch_threads
 from cfkit.data import PAIRS, ensure_mnist
-from cfkit.evaluation import parse_pairs, protocol_queries
 from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR, atomic_write_text
-from cfkit.reproduce import REPRODUCE_RECORD, machine
-from cfkit.table import markdown
+from cfkit.running.compute import flops_per_counterfactual, peak_gflops, torch_threads
+from cfkit.running.reproduce import REPRODUCE_RECORD, machine
+from cfkit.scoring.evaluation import parse_pairs, protocol_queries
+from cfkit.scoring.table import markdown
 from cfkit.zoo.checkpoints import load
 from cfkit.zoo.inception import INCEPTION_CFS, INCEPTION_REFERENCE, inception_extractor
 
@@ -197,7 +197,7 @@ def reproduce_section() -> list[str]:
             "less the cells' own); `method` the methods' `explain` calls; `metrics` scoring the sets (Inception "
             "left out); `inception` Inception-v3 forward passes (reference features included when not cached); "
             "`other` the rest of the cells (imports, checkpoint loading, plots, widgets). Timed inside the kernels "
-            "by `cfkit.profiling`.", "", markdown(rows)]
+            "by `cfkit.common.profiling`.", "", markdown(rows)]
 
 
 def compute_section(flop_queries: int = FLOP_QUERIES) -> list[str]:

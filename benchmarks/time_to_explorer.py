@@ -2,7 +2,7 @@
 is drawn, at the notebook's own (interactive) defaults, in headless Chromium.
 
 Each notebook gets a cold kernel (opened in a fresh page; its kernel is shut down afterwards) and the shipped
-checkpoints. JupyterLab (:class:`cfkit.servers.LabServer`) serves a scratch copy of ``notebooks/`` under a temporary
+checkpoints. JupyterLab (:class:`cfkit.interactive.servers.LabServer`) serves a scratch copy of ``notebooks/`` under a temporary
 folder, so the notebooks' ``../runs/<notebook>`` defaults land in that folder's ``runs/``, never in yours. The
 notebooks run in the reproduction's order (method notebooks before ``10_metrics``), so ``10_metrics`` scores the
 sets the method notebooks just saved there at their interactive size, as it would for a person who ran them first;
@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # throughput.py, the r
 
 import throughput  # noqa: E402
 
+from cfkit.common.threads import thread_limits  # noqa: E402
+from cfkit.interactive.servers import LabServer, find_chromium  # noqa: E402
 from cfkit.paths import NOTEBOOK_DIR, atomic_write_text  # noqa: E402
-from cfkit.reproduce import machine, method_notebooks, reproduce_order  # noqa: E402
-from cfkit.servers import LabServer, find_chromium  # noqa: E402
-from cfkit.threads import thread_limits  # noqa: E402
-from cfkit.table import markdown  # noqa: E402
+from cfkit.running.reproduce import machine, method_notebooks, reproduce_order  # noqa: E402
+from cfkit.scoring.table import markdown  # noqa: E402
 
 LIMIT_S = 30.0
 """What "seconds to the first slider" should stay under on 2 cores (issue 27)."""
@@ -61,7 +61,7 @@ def section(rows: list[dict], host: dict, measured_10: str, threads: int | None 
     columns = ["notebook", "seconds_to_explorer", "within_30_s", "page_open_to_idle_kernel_s", "machine",
                *(["error"] if errors else [])]
     return [f"Run All in JupyterLab until the widget explorer is drawn, each notebook at its own defaults (the small "
-            f"interactive size; `make reproduce` passes the full protocol, `cfkit.reproduce.PROTOCOL`), a cold kernel, "
+            f"interactive size; `make reproduce` passes the full protocol, `cfkit.running.reproduce.PROTOCOL`), a cold kernel, "
             f"the shipped checkpoints, headless Chromium; measured {time.strftime('%Y-%m-%d %H:%M')} on {host['cpu']}, "
             f"{host['cores']} cores, {host['memory_gib']} GiB, torch {host['torch']}, kernels on "
             f"{f'{threads} torch thread' + 's' * (threads > 1) if threads else 'every core'}, by "

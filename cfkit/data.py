@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .common.validate import check_class_ids, check_pair
 from .errors import DataError
 from .paths import DATA_DIR, atomic_write_bytes, atomic_write_json
-from .validate import check_class_ids, check_pair
 
 PAIRS: tuple[tuple[int, int], ...] = ((4, 9), (3, 8), (5, 6))
 """The C3LT MNIST protocol: (query class, target class)."""

@@ -1,6 +1,6 @@
 """Sphinx configuration of the rendered gallery (`make docs`, `cfkit docs`).
 
-:mod:`cfkit.gallery` assembles the pages (the README's table, the figures of results/, the notebooks as executed by
+:mod:`cfkit.interactive.gallery` assembles the pages (the README's table, the figures of results/, the notebooks as executed by
 the last `make reproduce`, the benchmark page) in a staging folder and runs Sphinx on it with this folder as the
 configuration directory. myst-nb renders the notebooks' saved outputs; nothing is executed. The built pages load
 nothing from the internet: no widget manager or require.js from a CDN, no MathJax (the notebooks write their few

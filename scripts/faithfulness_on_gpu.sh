@@ -7,7 +7,7 @@ set -uo pipefail
 OUT=${OUT:-runs/faithfulness_out}; DEVICE=${DEVICE:-cuda}; N=${N:-100}; LIMIT=${LIMIT:-300}  # seconds a job may run
 T=runs/faithfulness; mkdir -p "$T/logs" "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} PYTHONUNBUFFERED=1
-PYTHON=${PYTHON:-python3}; CFKIT="$PYTHON -m cfkit.cli"
+PYTHON=${PYTHON:-python3}; CFKIT="$PYTHON -m cfkit.running.cli"
 C3LT_CURVE=225,1000,2000,4000,6000,8400; EXPGAN_CURVE=455,1000,1500,2000,2500; EXTRA=""
 if [ "${SMOKE:-0}" = 1 ]; then N=2; C3LT_CURVE=2,3; EXPGAN_CURVE=2,3; EXTRA="--max-steps 3"; fi
 for pair in 4,9 3,8 5,6; do

@@ -1,6 +1,6 @@
 """Helpers for the real-browser tests: find Chromium and playwright, or skip (fail on CI).
 
-The servers themselves (JupyterLab, Voilà) live in :mod:`cfkit.servers`, shared with the benchmark and the app.
+The servers themselves (JupyterLab, Voilà) live in :mod:`cfkit.interactive.servers`, shared with the benchmark and the app.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cfkit.servers import LabServer, VoilaServer, find_chromium, free_port  # noqa: F401  (re-exported)
+from cfkit.interactive.servers import LabServer, VoilaServer, find_chromium, free_port  # noqa: F401  (re-exported)
 
 
 def require_browser() -> str:

@@ -12,8 +12,8 @@ import papermill
 import pytest
 import torch
 
+from cfkit.common.threads import thread_limits, threads_per_job
 from cfkit.data import ensure_mnist, load_mnist
-from cfkit.threads import thread_limits, threads_per_job
 
 TEST_THREADS_VAR = "CFKIT_TEST_THREADS"
 

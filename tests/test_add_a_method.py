@@ -18,11 +18,11 @@ import pytest
 import torch
 from matplotlib import pyplot as plt
 
-from cfkit import evaluation, plots, table
 from cfkit.data import PAIRS, load_mnist, pair_name
 from cfkit.errors import InputError
 from cfkit.methods import catalog
 from cfkit.methods.base import CounterfactualMethod
+from cfkit.scoring import evaluation, plots, table
 from cfkit.zoo.checkpoints import load
 
 from benchmark_script import benchmark_script

@@ -12,15 +12,15 @@ import sys
 import pytest
 import torch
 
-from cfkit import evaluation
-from cfkit.classifiers import check_classifier, fingerprint, load_classifier
 from cfkit.errors import CheckpointError, InputError
 from cfkit.methods import catalog
 from cfkit.methods.adversarial import AdversarialAttack
 from cfkit.methods.base import Result
-from cfkit.run import read_record, run_notebook
-from cfkit.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from cfkit.running.run import read_record, run_notebook
+from cfkit.scoring import evaluation
+from cfkit.scoring.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
 from cfkit.zoo.checkpoints import load
+from cfkit.zoo.classifiers import check_classifier, fingerprint, load_classifier
 
 from other_classifier import Probabilities, TwoWay, train_small_resnet
 
@@ -142,7 +142,7 @@ METHOD_NOTEBOOKS = {  # every catalog method without per-pair training, at a siz
 
 def test_every_method_without_pair_training_explains_another_classifier_and_10_metrics_scores_it(other, files, tmp_path) -> None:
     runs, script = tmp_path / "runs", str(files["script"])
-    command = [sys.executable, "-m", "cfkit.cli", "run", "01_adversarial", "--out", str(runs / "01_adversarial"),
+    command = [sys.executable, "-m", "cfkit.running.cli", "run", "01_adversarial", "--out", str(runs / "01_adversarial"),
                "-p", "classifier", script, "-p", "n_queries", "4", "-p", "steps", "20", "-p", "inception", "False"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -165,7 +165,7 @@ def test_every_method_without_pair_training_explains_another_classifier_and_10_m
 
 
 def test_a_two_way_classifier_stops_the_command_line_before_a_kernel_starts(files) -> None:
-    command = [sys.executable, "-m", "cfkit.cli", "run", "01_adversarial", "-p", "classifier", str(files["two_way"])]
+    command = [sys.executable, "-m", "cfkit.running.cli", "run", "01_adversarial", "-p", "classifier", str(files["two_way"])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -197,7 +197,7 @@ def test_per_pair_models_train_for_another_classifier_into_a_folder_of_their_own
 
 def test_a_per_pair_notebook_with_another_classifier_needs_its_pair_models(files) -> None:
     from cfkit.errors import ParameterError
-    from cfkit.parameter_values import check_values
+    from cfkit.running.parameter_values import check_values
 
     with pytest.raises(ParameterError, match="shipped c3lt models were trained against the zoo's classifier"):
         check_values("05_c3lt", {"classifier": str(files["script"]), "pair_dir": "", "retrain": False})
@@ -210,7 +210,7 @@ def test_a_reproduction_for_another_classifier_keeps_to_its_own_folders(files, t
 
     from cfkit.errors import ParameterError
     from cfkit.paths import RUNS_DIR
-    from cfkit.reproduce import _for_classifier, reproduce_order
+    from cfkit.running.reproduce import _for_classifier, reproduce_order
 
     script, log = str(files["script"]), io.StringIO()
     with pytest.raises(ParameterError, match="folders of its own"):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from cfkit import app as explorer
-from cfkit.app import DEFAULT_SETTING, SETTINGS, Availability, Explainer, ExplorerApp, Panel, check_target, fastest_first
 from cfkit.data import load_mnist
-from cfkit.drawing import BLANK, CANVAS, mnist_preprocess, rasterise, upscale
 from cfkit.errors import InputError
+from cfkit.interactive import app as explorer
+from cfkit.interactive.app import DEFAULT_SETTING, SETTINGS, Availability, Explainer, ExplorerApp, Panel, check_target, fastest_first
+from cfkit.interactive.drawing import BLANK, CANVAS, mnist_preprocess, rasterise, upscale
 from cfkit.methods import catalog
 from cfkit.methods.base import CounterfactualMethod
 from cfkit.zoo.checkpoints import load
@@ -225,7 +225,7 @@ def test_panels_appear_fastest_first_with_the_greyed_out_ones_after(app, monkeyp
             raise InputError("this method always fails")
 
     broken = catalog.MethodEntry(Broken, "Broken")
-    monkeypatch.setattr("cfkit.app.explainer.explained_entries",
+    monkeypatch.setattr("cfkit.interactive.app.explainer.explained_entries",
                         lambda: [catalog.get("expgan"), catalog.get("c3lt"), broken])
     with catalog.registered(broken):
         app.explainer.latencies.update({"c3lt": 0.001, "expgan": 0.002, "broken": 0.0})
@@ -242,7 +242,7 @@ def test_panels_appear_fastest_first_with_the_greyed_out_ones_after(app, monkeyp
 def test_the_settings_toggle_applies_to_the_next_explain(app, monkeypatch) -> None:
     """The toggle changes the header and the explainer's setting but reruns nothing; the next Explain runs at it and
     every panel says so."""
-    monkeypatch.setattr("cfkit.app.explainer.explained_entries", lambda: [catalog.get("c3lt")])
+    monkeypatch.setattr("cfkit.interactive.app.explainer.explained_entries", lambda: [catalog.get("c3lt")])
     assert app.settings.description == "settings"
     app.settings.value = "quick"
     assert "catalog <i>quick</i> setting" in app.title.value
@@ -266,7 +266,7 @@ def test_the_settings_toggle_applies_to_the_next_explain(app, monkeypatch) -> No
     (["app", "--pair-dir", "no/such/folder"], "is not a folder"),
 ])
 def test_cfkit_app_refuses_bad_options_before_starting_voila(argv, message, capsys) -> None:
-    from cfkit.cli import main
+    from cfkit.running.cli import main
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfkit import cli
 from cfkit.errors import CheckpointError, InputError, QualityError
 from cfkit.methods.c3lt import C3LT, C3LTConfig
-from cfkit.zoo.checkpoints import get_spec, load, names, parse_pair_name
-from cfkit.zoo.curve import (STATE_FILE, DenoiserCurveConfig, DenoiserCurveRun, GANCurveConfig, GANCurveRun, converged,
+from cfkit.running import cli
+from cfkit.studies.curve import (STATE_FILE, DenoiserCurveConfig, DenoiserCurveRun, GANCurveConfig, GANCurveRun, converged,
                               curve_epochs)
+from cfkit.zoo.checkpoints import get_spec, load, names, parse_pair_name
 from cfkit.zoo.reference_gan import PairEncoder, ReferenceDCGAN
 
 TINY = GANCurveConfig(max_epochs=3, samples=32, resamples=20, steps_per_epoch=2)

@@ -9,8 +9,8 @@ import pytest
 import scipy.linalg
 import torch
 
-from cfkit import bootstrap
 from cfkit.errors import InputError
+from cfkit.scoring import bootstrap
 from cfkit.zoo.feature_space import fid_from_features
 
 
@@ -103,7 +103,7 @@ def test_paired_difference_finds_a_real_shift_and_not_a_null_one() -> None:
 
 
 def test_sample_size_note_warns_where_fids_do_not_compare() -> None:
-    from cfkit.metrics import sample_size_note
+    from cfkit.scoring.metrics import sample_size_note
 
     full = [{"pair": "4->9", "n": 982, "n_inception": 100}, {"pair": "4->9", "n": 982, "n_inception": 100}]
     assert sample_size_note(full) == "Sample sizes. 4->9: FID/KID at n = 982; Inception at n = 100"

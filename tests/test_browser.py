@@ -23,7 +23,7 @@ from papermill.iorw import load_notebook_node, write_ipynb
 from papermill.parameterize import parameterize_notebook
 
 from browser_support import LabServer, require_browser
-from cfkit.run import check_parameters, notebook_path
+from cfkit.running.run import check_parameters, notebook_path
 
 NOTEBOOK = "06_ldce"
 # The notebook's own defaults, as a person opening it gets them (issue 27: the explorer within seconds); no sizes.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from browser_support import VoilaServer, require_browser
-from cfkit.app import NOTEBOOK, explained_entries
+from cfkit.interactive.app import NOTEBOOK, explained_entries
 
 PER_PAIR = [entry.name for entry in explained_entries() if entry.per_pair]
 

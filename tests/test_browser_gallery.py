@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from browser_support import require_browser
-from cfkit import gallery
+from cfkit.interactive import gallery
 from gallery_support import TINY, readme, results_copy, tiny_notebook
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfkit import calibration
-from cfkit.calibration import Architecture
 from cfkit.errors import MissingResultsError
+from cfkit.studies import calibration
+from cfkit.studies.calibration import Architecture
 from cfkit.zoo.checkpoints import CALIBRATED_AE, load, read_manifest
 from cfkit.zoo.nets import ClassAutoencoder
 
@@ -122,7 +122,7 @@ def test_the_committed_tables_calibrated_im1_separates_real_data_from_the_attack
     import statistics
 
     from cfkit.paths import RESULTS_DIR
-    from cfkit.table import read_csv
+    from cfkit.scoring.table import read_csv
 
     rows = read_csv(RESULTS_DIR / "table.csv")
     for pair in {r["pair"] for r in rows}:

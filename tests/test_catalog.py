@@ -11,13 +11,13 @@ import pytest
 import torch
 from matplotlib import pyplot as plt
 
-from cfkit import columns, evaluation, plots, table
 from cfkit.data import PAIRS
 from cfkit.errors import InputError
 from cfkit.methods import catalog
 from cfkit.methods.adversarial import AdversarialAttack
 from cfkit.methods.base import Result
-from cfkit.store import save_counterfactuals
+from cfkit.scoring import columns, evaluation, plots, table
+from cfkit.scoring.store import save_counterfactuals
 from cfkit.zoo.checkpoints import load
 
 ROOT = Path(__file__).resolve().parents[1]

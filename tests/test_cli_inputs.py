@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cfkit import cli
 from cfkit.data import OFFICIAL_COUNTS
 from cfkit.errors import InputError, ParameterError
-from cfkit.evaluation import parse_pairs, protocol_queries, query_ceiling, validation_queries
-from cfkit.run import absolute_paths, run_notebook
+from cfkit.running import cli
+from cfkit.running.run import absolute_paths, run_notebook
+from cfkit.scoring.evaluation import parse_pairs, protocol_queries, query_ceiling, validation_queries
 
 from other_classifier import train_small_resnet
 
@@ -83,7 +83,7 @@ def test_only_given_paths_are_made_absolute(tmp_path, monkeypatch) -> None:
 
 
 def test_sweep_and_reproduce_resolve_paths_before_their_runs(tmp_path, monkeypatch) -> None:
-    from cfkit import reproduce
+    from cfkit.running import reproduce
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my.pt").write_bytes(b"")

@@ -1,4 +1,4 @@
-"""cfkit.compute: FLOP counts that match hand formulas (forward, backward, inside PGD and inference mode), and a
+"""cfkit.running.compute: FLOP counts that match hand formulas (forward, backward, inside PGD and inference mode), and a
 matmul peak that is a plausible number."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from cfkit.compute import (conv_peak_gflops, count_flops, flops_per_counterfactual, matmul_peak_gflops, peak_gflops,
-                           torch_threads)
 from cfkit.data import load_mnist
 from cfkit.methods import catalog
 from cfkit.methods.adversarial import AdversarialAttack, AttackConfig
+from cfkit.running.compute import (conv_peak_gflops, count_flops, flops_per_counterfactual, matmul_peak_gflops, peak_gflops,
+                           torch_threads)
 from cfkit.zoo.checkpoints import load
 
 PIXELS = 28 * 28
@@ -120,7 +120,7 @@ def test_the_peak_is_the_faster_of_matmul_and_convolution(monkeypatch) -> None:
     """A quick real convolution rate, then the choice: the peak is never the slower kernel family's."""
     rate = conv_peak_gflops(threads=1, channels=16, side=8, batch=2, repeats=2)
     assert math.isfinite(rate) and rate > 0 and torch.get_num_threads() == 1
-    import cfkit.compute as compute
+    import cfkit.running.compute as compute
 
     monkeypatch.setattr(compute, "matmul_peak_gflops", lambda threads=None: 217.0)
     monkeypatch.setattr(compute, "conv_peak_gflops", lambda threads=None: 490.0)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfkit.error_analysis import (Confusions, correct_controls, edit_size_test, edit_summary, edits_by_confusion,
-                                  misclassified)
 from cfkit.errors import InputError
 from cfkit.methods.base import Result
+from cfkit.studies.error_analysis import (Confusions, correct_controls, edit_size_test, edit_summary, edits_by_confusion,
+                                  misclassified)
 from cfkit.zoo.checkpoints import load, read_manifest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cfkit.expected import INTERVAL_SHARE, THREAD_FACTOR, mismatches, tolerances
+from cfkit.running.expected import INTERVAL_SHARE, THREAD_FACTOR, mismatches, tolerances
 
 VALUES = {"cem/4->9/cout": 0.05, "cem/4->9/cout_lo": 0.02, "cem/4->9/cout_hi": 0.08, "errors/n": 6.0,
           "controls/mask_kept": 0.16}

@@ -20,14 +20,14 @@ import pytest
 import torch
 from torch import nn
 
-from cfkit import cli
-from cfkit.classifiers import fingerprint, load_classifier
 from cfkit.errors import CheckpointError, InputError, ParameterError
-from cfkit.evaluation import protocol_queries
 from cfkit.methods.cve import CVE, CVE_KIT
 from cfkit.methods.feature_split import split_classifier
-from cfkit.reproduce import _for_classifier, reproduce_order
+from cfkit.running import cli
+from cfkit.running.reproduce import _for_classifier, reproduce_order
+from cfkit.scoring.evaluation import protocol_queries
 from cfkit.zoo.checkpoints import load
+from cfkit.zoo.classifiers import fingerprint, load_classifier
 
 from other_classifier import export_classifier, plain_cnn
 
@@ -269,7 +269,7 @@ SMALL_REPRODUCTION = ["-p", "n_queries", "3", "-p", "pairs", "4->9", "-p", "ince
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cfkit.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "cfkit.running.cli", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=900)
 
 

@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cfkit import cli, faithfulness
 from cfkit.data import load_mnist
 from cfkit.errors import InputError
 from cfkit.methods.c3lt import C3LT
 from cfkit.methods.cem import CEM, CEM_REFERENCE, CEMConfig, hinge_margin
+from cfkit.running import cli
+from cfkit.studies import faithfulness
 from cfkit.zoo.checkpoints import load, train
 from cfkit.zoo.explaingan import ExplainGAN, ExplainGANWeights, generator_terms
 from cfkit.zoo.latent_maps import C3LTWeights, proximity

@@ -12,10 +12,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from cfkit import gallery
-from cfkit.cli import main
 from cfkit.errors import InputError
-from cfkit.run import run_notebook
+from cfkit.interactive import gallery
+from cfkit.running.cli import main
+from cfkit.running.run import run_notebook
 from gallery_support import TINY, readme, results_copy, tiny_notebook
 
 

@@ -1,4 +1,5 @@
-"""No import cycles inside cfkit, counting imports made inside functions (a hidden cycle is still a cycle)."""
+"""cfkit's imports go one way: down its layers (:data:`LAYERS`), with no import cycles, counting imports made inside
+functions (a hidden cycle or a hidden upward import is still one)."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +13,10 @@ import cfkit
 ROOT = Path(cfkit.__file__).parent
 COVERED = ("cfkit",)
 """Packages whose modules may sit on no import cycle: the whole of cfkit."""
+LAYERS = ("cfkit.errors", "cfkit.paths", "cfkit.common", "cfkit.data", "cfkit.zoo", "cfkit.methods",
+          "cfkit.scoring", "cfkit.studies", "cfkit.interactive", "cfkit.running")
+"""cfkit's top-level entries, lowest first: a module imports its own entry or a lower one, never a higher (as the
+``cfkit/__init__.py`` docstring and the README's "Package layout" say)."""
 
 
 def module_name(path: Path) -> str:
@@ -43,6 +48,28 @@ def import_graph() -> dict[str, set[str]]:
     return {module_name(p): imported_modules(p, modules) - {module_name(p)} for p in paths}
 
 
+def layer(module: str, layers: tuple[str, ...] = LAYERS) -> int:
+    """The index in ``layers`` of the entry ``module`` belongs to."""
+    return next(i for i, entry in enumerate(layers) if module == entry or module.startswith(entry + "."))
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[str]:
+    """``"a -> b"`` for every import of a higher layer. Importing ``cfkit.x.y`` also runs ``cfkit/x/__init__.py``,
+    so each imported module's parent packages count as imported too; the root package belongs to no layer."""
+    root = layers[0].partition(".")[0]
+    upward = set()
+    for module, imported in graph.items():
+        if module == root:
+            continue
+        for target in imported:
+            parts = target.split(".")
+            for depth in range(2, len(parts) + 1):
+                reached = ".".join(parts[:depth])
+                if layer(reached, layers) > layer(module, layers):
+                    upward.add(f"{module} -> {reached}")
+    return sorted(upward)
+
+
 def cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
     """A shortest import path from ``start`` back to ``start``, or None when there is none."""
     parent: dict[str, str] = {}
@@ -64,9 +91,32 @@ def cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
 def test_graph_sees_imports_inside_functions() -> None:
     graph = import_graph()
     assert "cfkit.zoo.checkpoints" in graph["cfkit.zoo.report"]
-    assert "cfkit.zoo.inception" in graph["cfkit.cli"], "cli imports its commands' modules inside functions"
+    assert "cfkit.zoo.inception" in graph["cfkit.running.cli"], "cli imports its commands' modules inside functions"
     assert cycle_through({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == ["a", "b", "c", "a"]
     assert cycle_through({"a": {"b"}, "b": set()}, "a") is None
+
+
+def test_upward_imports_are_reported() -> None:
+    """A synthetic graph: an upward import is reported (inside a function or not, the graph does not say), and so
+    is one that reaches a higher layer only through a parent package's ``__init__``; downward ones are not."""
+    layers = ("p.low", "p.mid", "p.high")
+    graph = {"p": set(), "p.low": set(), "p.low.a": {"p.mid.b"}, "p.mid": set(), "p.mid.b": {"p.low.a", "p.mid"},
+             "p.high": set(), "p.high.c": {"p.low.a", "p.mid.b", "p"}}
+    assert upward_imports(graph, layers) == ["p.low.a -> p.mid", "p.low.a -> p.mid.b"]
+    assert upward_imports({**graph, "p.low.a": set()}, layers) == []
+    assert layer("p.high.c", layers) == 2 and layer("p.mid", layers) == 1
+
+
+def test_layers_name_every_top_level_entry() -> None:
+    """Every module and folder at the top of cfkit has its layer (a folder without ``__init__.py`` too)."""
+    entries = {f"cfkit.{p.stem}" for p in ROOT.iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and p.name != "__pycache__")}
+    assert entries == set(LAYERS) and len(LAYERS) <= 10
+
+
+def test_no_import_goes_up() -> None:
+    upward = upward_imports(import_graph())
+    assert not upward, "imports going up a layer: " + "; ".join(upward)
 
 
 @pytest.mark.parametrize("package", COVERED)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfkit import table
 from cfkit.data import load_mnist
 from cfkit.errors import DataError
-from cfkit.evaluation import protocol_queries, reference_images
-from cfkit.metrics import MetricModels
-from cfkit.scoring import evaluate_pair
+from cfkit.scoring import table
+from cfkit.scoring.evaluation import protocol_queries, reference_images
+from cfkit.scoring.metrics import MetricModels
+from cfkit.scoring.pairs import evaluate_pair
 from cfkit.zoo import inception
 
 
@@ -81,11 +81,11 @@ def test_inception_features_separate_digits(extractor, tmp_path) -> None:
 
 def test_reference_statistics_are_cached_and_a_corrupt_cache_is_recomputed(extractor) -> None:
     """The 2048×2048 square root is computed once, kept beside the features, and never trusted when corrupt."""
-    from cfkit import scoring
+    from cfkit.scoring import pairs
 
     def statistics() -> tuple[float, torch.Tensor]:
-        scoring._inception_references.cache_clear()
-        real, (frechet, _) = scoring._inception_references(extractor, 9, 24)
+        pairs._inception_references.cache_clear()
+        real, (frechet, _) = pairs._inception_references(extractor, 9, 24)
         return frechet.distance(real[:12]), frechet.root
 
     path = inception.inception_dir() / "reference_statistics_test_9_24.pt"
@@ -95,4 +95,4 @@ def test_reference_statistics_are_cached_and_a_corrupt_cache_is_recomputed(extra
     assert statistics()[0] == computed, "read back from disk: the same FID"
     path.write_bytes(b"not a checkpoint")
     assert statistics()[0] == computed and path.stat().st_size > 1_000_000, "recomputed and rewritten"
-    scoring._inception_references.cache_clear()
+    pairs._inception_references.cache_clear()

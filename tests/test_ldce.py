@@ -8,8 +8,8 @@ import torch
 
 from cfkit.data import load_mnist
 from cfkit.errors import InputError
-from cfkit.evaluation import validation_queries
 from cfkit.methods.ldce import LDCE, LDCE_KIT, LDCE_REFERENCE, LDCEConfig, ablation_settings, consensus_mask, rescale_to
+from cfkit.scoring.evaluation import validation_queries
 from cfkit.zoo.checkpoints import load, read_manifest
 from cfkit.zoo.diffusion import LATENT_SHAPE, NULL_CLASS, ddim_schedule, guided_noise, sample_latents
 

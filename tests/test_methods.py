@@ -13,7 +13,7 @@ from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cem import CEM, CEMConfig, target_margin
 from cfkit.methods.cve import CVE, CVE_KIT, CVE_REFERENCE, CVEConfig, paste_tiles, tile_starts
 from cfkit.methods.expgan import ExpGAN, ExpGANConfig
-from cfkit.parameter_values import notebook_configs
+from cfkit.running.parameter_values import notebook_configs
 from cfkit.zoo.checkpoints import load
 
 from method_contract import (BAD_INPUTS, check_bad_input, check_explain_contract, check_refuses_the_query_class,
@@ -187,7 +187,7 @@ def test_notebook_defaults_match_the_method_config(notebook: str, config) -> Non
     import ast
     import dataclasses
 
-    from cfkit.run import notebook_parameters
+    from cfkit.running.run import notebook_parameters
 
     spec = notebook_parameters(notebook)
     for field in dataclasses.fields(config):

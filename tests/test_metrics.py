@@ -6,9 +6,9 @@ import pytest
 import scipy.linalg
 import torch
 
-from cfkit import metrics
 from cfkit.errors import InputError
-from cfkit.metrics import (
+from cfkit.scoring import metrics
+from cfkit.scoring.metrics import (
     FeatureExtractor,
     MetricModels,
     agreement_scores,
@@ -21,7 +21,7 @@ from cfkit.metrics import (
     proximity_scores,
     sparsity_scores,
 )
-from cfkit.scoring import evaluate_pair, mean_row
+from cfkit.scoring.pairs import evaluate_pair, mean_row
 from cfkit.zoo.checkpoints import load
 
 

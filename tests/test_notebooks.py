@@ -5,18 +5,18 @@ import json
 
 import pytest
 
-from cfkit.expected import EXPECTED_DIR, mismatches
 from cfkit.paths import RESULTS_DIR
-from cfkit.reproduce import reproduce
-from cfkit.run import flatten_rows, read_record, reproducible, run_notebook
-from cfkit.table import read_csv
+from cfkit.running.expected import EXPECTED_DIR, mismatches
+from cfkit.running.reproduce import reproduce
+from cfkit.running.run import flatten_rows, read_record, reproducible, run_notebook
+from cfkit.scoring.table import read_csv
 
 def _expected(name: str) -> dict:
     return json.loads((EXPECTED_DIR / f"{name}.json").read_text())
 
 
 def _compare(got: dict[str, float], expected: dict) -> None:
-    """Every recorded number within its measured tolerance (cfkit.expected), the timings measured."""
+    """Every recorded number within its measured tolerance (cfkit.running.expected), the timings measured."""
     assert all(v > 0 for k, v in got.items() if k not in reproducible(got)), "timings must be measured"
     got = reproducible(got)
     assert set(got) == set(expected["values"]), f"recorded keys differ: {sorted(set(got) ^ set(expected['values']))}"

@@ -9,14 +9,14 @@ from dataclasses import fields
 import pytest
 
 from cfkit.errors import ParameterError
-from cfkit.parameter_values import notebook_configs
 from cfkit.paths import NOTEBOOK_DIR
-from cfkit.run import notebook_parameters, run_notebook
+from cfkit.running.parameter_values import notebook_configs
+from cfkit.running.run import notebook_parameters, run_notebook
 
 
 def test_cli_refuses_a_pair_with_one_digit_in_one_line_before_any_kernel(tmp_path) -> None:
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "cfkit.cli", "run", "01_adversarial", "-p", "pairs", "4->4",
+    done = subprocess.run([sys.executable, "-m", "cfkit.running.cli", "run", "01_adversarial", "-p", "pairs", "4->4",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

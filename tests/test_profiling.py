@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from cfkit import profiling
-from cfkit.run import read_record, record
+from cfkit.common import profiling
+from cfkit.running.run import read_record, record
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Notebooks default to a small interactive size; the full protocol's sizes come from one place,
-``cfkit.reproduce.PROTOCOL``, which ``cfkit reproduce`` and ``cfkit run --protocol`` pass on top of them."""
+``cfkit.running.reproduce.PROTOCOL``, which ``cfkit reproduce`` and ``cfkit run --protocol`` pass on top of them."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,11 @@ import papermill
 import pytest
 import torch
 
-from cfkit import cli, expected, reproduce
 from cfkit.errors import ParameterError
-from cfkit.expected import EXPECTED_DIR
-from cfkit.parameter_values import check_values
-from cfkit.run import check_parameters, literal_defaults, notebook_parameters
+from cfkit.running import cli, expected, reproduce
+from cfkit.running.expected import EXPECTED_DIR
+from cfkit.running.parameter_values import check_values
+from cfkit.running.run import check_parameters, literal_defaults, notebook_parameters
 
 EMPTY_NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
@@ -96,7 +96,7 @@ def test_write_expected_pins_the_sizes_it_ran_at(monkeypatch, tmp_path) -> None:
 
 
 def test_cfkit_sweep_protocol_fixes_the_plan_under_the_swept_and_set_values(monkeypatch) -> None:
-    import cfkit.sweep
+    import cfkit.running.sweep
 
     class Done:
         def summary(self) -> str:
@@ -106,7 +106,7 @@ def test_cfkit_sweep_protocol_fixes_the_plan_under_the_swept_and_set_values(monk
             pass
 
     calls = []
-    monkeypatch.setattr(cfkit.sweep, "run_sweep", lambda notebook, swept, fixed, **kw: calls.append((swept, fixed)) or Done())
+    monkeypatch.setattr(cfkit.running.sweep, "run_sweep", lambda notebook, swept, fixed, **kw: calls.append((swept, fixed)) or Done())
     assert cli.main(["sweep", "06_ldce", "-p", "n_queries", "5", "10", "--set", "pairs", "4->9", "--protocol"]) == 0
     assert calls == [({"n_queries": [5, 10]}, {"inception": True, "ablation_queries": 50, "samples_per_class": 100,
                                                "pairs": "4->9"})]
@@ -114,7 +114,7 @@ def test_cfkit_sweep_protocol_fixes_the_plan_under_the_swept_and_set_values(monk
 
 def test_the_metrics_notebook_names_the_notebooks_still_to_run() -> None:
     """10_metrics on a fresh clone (only its own Original Data) or after some method notebooks."""
-    from cfkit.evaluation import missing_note
+    from cfkit.scoring.evaluation import missing_note
 
     note = missing_note([{"method": "original_data"}, {"method": "adv_attack"}], "../runs")
     assert "CEM, CVE, ExpGAN, C3LT, LDCE" in note and "02_cem.ipynb" in note and "01_adversarial" not in note
@@ -141,7 +141,7 @@ def test_the_reference_profile_sets_every_reference_knob_a_notebook_has() -> Non
 def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path) -> None:
     """`cfkit reproduce --profile reference` on the CPU, two notebooks at a tiny size: CEM runs the reference's
     pertinent-negative hinge, and the table and record land in the profile's folders."""
-    from cfkit.run import read_record
+    from cfkit.running.run import read_record
 
     runs, results = tmp_path / "runs", tmp_path / "results"
     assert cli.main(["reproduce", "--profile", "reference", "--notebooks", "02_cem", "10_metrics", "--runs", str(runs),

@@ -9,15 +9,17 @@ import shutil
 import pytest
 import torch
 
-from cfkit import cli, evaluation, rank_stability
-from cfkit.calibration import read_study
-from cfkit.classifiers import fingerprint
 from cfkit.errors import CheckpointError, MissingResultsError
 from cfkit.methods.base import Result
 from cfkit.paths import RESULTS_DIR
-from cfkit.rank_stability import AXES, Instrument
-from cfkit.store import save_counterfactuals
+from cfkit.running import cli
+from cfkit.scoring import evaluation
+from cfkit.scoring.store import save_counterfactuals
+from cfkit.studies import rank_stability
+from cfkit.studies.calibration import read_study
+from cfkit.studies.rank_stability import AXES, Instrument
 from cfkit.zoo.checkpoints import load
+from cfkit.zoo.classifiers import fingerprint
 
 
 def test_the_admitted_instruments_are_the_studys_and_include_both_shipped_sets() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cfkit.cli import main
-from cfkit.devices import resolve_device
+from cfkit.common.devices import resolve_device
 from cfkit.errors import InputError, OutputError
 from cfkit.methods import catalog
 from cfkit.methods.original import OriginalData
 from cfkit.paths import atomic_write_bytes, make_folder
+from cfkit.running.cli import main
 from cfkit.zoo.checkpoints import load
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

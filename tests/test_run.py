@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from cfkit import cli
 from cfkit.errors import ParameterError
 from cfkit.paths import NOTEBOOK_DIR
-from cfkit.run import check_parameters, flatten_rows, notebook_parameters, parse_cli_parameters, run_notebook
+from cfkit.running import cli
+from cfkit.running.run import check_parameters, flatten_rows, notebook_parameters, parse_cli_parameters, run_notebook
 
 
 def test_every_notebook_has_a_parameters_cell_with_interactive_and_out_dir() -> None:

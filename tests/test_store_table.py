@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cfkit.classifiers import fingerprint
-from cfkit.columns import header as table_header
 from cfkit.errors import InputError
 from cfkit.methods.base import Result
-from cfkit.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
-from cfkit.table import read_csv, write_table
+from cfkit.scoring.columns import header as table_header
+from cfkit.scoring.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from cfkit.scoring.table import read_csv, write_table
 from cfkit.zoo.checkpoints import load
+from cfkit.zoo.classifiers import fingerprint
 
 ZOO = fingerprint(load("classifier"))
 
@@ -74,8 +74,8 @@ def test_table_files(tmp_path) -> None:
 def test_a_set_is_scored_once_per_content(tmp_path, monkeypatch) -> None:
     """The metrics notebook re-reads the method notebooks' sets: their stored rows are reused only while
     the set's bytes, the metric checkpoints and the seed are unchanged."""
-    from cfkit import evaluation
-    from cfkit.metrics import MetricModels
+    from cfkit.scoring import evaluation
+    from cfkit.scoring.metrics import MetricModels
 
     x, _ = evaluation.protocol_queries((4, 9), 6)
     nines = evaluation.reference_images(9)[:6]

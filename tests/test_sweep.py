@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cfkit import cli, sweep
+from cfkit.common.threads import THREAD_VARS, threads_per_job
 from cfkit.errors import ParameterError
-from cfkit.run import RECORD_FILE
 from cfkit.errors import SchedulerError, SweepError
-from cfkit.threads import THREAD_VARS, threads_per_job
-from cfkit.sweep import (SWEEP_CSV, SWEEP_PNG, Point, build_grid, folder_name, gather, parse_sweep_args, run_point,
+from cfkit.running import cli, sweep
+from cfkit.running.run import RECORD_FILE
+from cfkit.running.sweep import (SWEEP_CSV, SWEEP_PNG, Point, build_grid, folder_name, gather, parse_sweep_args, run_point,
                          run_sweep)
 
 NOTEBOOK = "01_adversarial"
@@ -233,7 +233,7 @@ def test_kernels_follow_the_share_of_cores_their_launcher_writes(tmp_path, monke
     """`cfkit reproduce --jobs` writes how many notebooks run; a kernel reading it takes cores // that many threads."""
     import torch
 
-    from cfkit import threads
+    from cfkit.common import threads
 
     share = tmp_path / "share"
     monkeypatch.setenv(threads.SHARE_VAR, str(share))

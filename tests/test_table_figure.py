@@ -8,10 +8,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from cfkit import columns, plots, table
-from cfkit.cli import main
 from cfkit.methods import catalog
 from cfkit.paths import RESULTS_DIR
+from cfkit.running.cli import main
+from cfkit.scoring import columns, plots, table
 
 
 def _stars(ax) -> list[float]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cfkit.common.validate import check_class_id, check_images, check_pair, check_targets
 from cfkit.errors import InputError
-from cfkit.validate import check_class_id, check_images, check_pair, check_targets
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot
 
-from cfkit import widgets
 from cfkit.data import load_mnist
+from cfkit.interactive import widgets
 from cfkit.methods.c3lt import C3LT, C3LTConfig
 from cfkit.methods.cve import CVE, CVEConfig
 from cfkit.zoo.checkpoints import load

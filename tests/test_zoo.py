@@ -160,8 +160,8 @@ def test_pair_models_reach_95_percent_validity(name: str) -> None:
 
 
 def test_cli_expands_pair_families() -> None:
-    from cfkit.cli import _expand_pair_families
     from cfkit.errors import CfkitError
+    from cfkit.running.cli import _expand_pair_families
 
     assert _expand_pair_families(["c3lt"], [4, 9]) == ["c3lt_4_9"]
     assert _expand_pair_families(["expgan", "ae_1"], None) == ["expgan_4_9", "expgan_3_8", "expgan_5_6", "ae_1"]

@@ -15,14 +15,14 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..batching import INFERENCE_BATCH
-from ..classifiers import check_classifier, check_input_gradients, fingerprint, in_eval_mode
-from ..devices import resolve_device
+from ..common.batching import INFERENCE_BATCH
+from ..common.devices import resolve_device
+from ..common.profiling import phase
+from ..common.threads import follow_share
+from ..common.validate import check_class_ids, check_images, check_targets
 from ..errors import InputError
-from ..profiling import phase
-from ..threads import follow_share
-from ..validate import check_class_ids, check_images, check_targets
 from ..zoo.checkpoints import load_pair
+from ..zoo.classifiers import check_classifier, check_input_gradients, fingerprint, in_eval_mode
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..batching import INFERENCE_BATCH
+from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .base import CounterfactualMethod
 from .feature_split import split_classifier

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import fx, nn
 
-from ..classifiers import probe_digits
 from ..errors import InputError
+from ..zoo.classifiers import probe_digits
 
 MIN_CELLS_SIDE = 2
 """A feature map needs at least this many rows and columns to have cells to swap."""

@@ -21,17 +21,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..common.devices import in_eval_mode, resolve_device
+from ..common.fingerprint import fingerprint
+from ..common.validate import check_pair
 from ..data import PAIRS, sha256_file
-from ..devices import in_eval_mode, resolve_device
 from ..errors import CheckpointError, InputError, QualityError
-from ..fingerprint import fingerprint
 from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
-from ..validate import check_pair
 from . import explaingan, latent_maps, reference_gan
 from .diffusion import LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae, vae_reconstruction_mse
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
-from .reference_gan import ReferenceDCGAN
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
+from .reference_gan import ReferenceDCGAN
 from .spec import ModelSpec, pair_name
 from .training import TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier, reconstruction_mse_on_test
 

@@ -12,10 +12,10 @@ from torch import nn
 from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.image.kid import KernelInceptionDistance
 
-from ..batching import INFERENCE_BATCH
-from ..devices import model_device
+from ..common.batching import INFERENCE_BATCH
+from ..common.devices import model_device
+from ..common.validate import check_images
 from ..errors import InputError
-from ..validate import check_images
 
 
 

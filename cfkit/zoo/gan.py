@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batching import INFERENCE_BATCH
+from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .losses import critic_loss, looks_real
 from .training import Needed, TrainConfig, batches, fit_loop

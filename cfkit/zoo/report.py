@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..batching import INFERENCE_BATCH
+from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .checkpoints import get_spec, load, load_needs, names, pair_name, read_manifest
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..batching import INFERENCE_BATCH
+from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 
 

@@ -1,0 +1,43 @@
+"""The results files: ``results/table.{csv,md,png}``, ``counterfactuals.png`` and ``comparisons.csv``, from the
+numbers the metrics notebook recorded."""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from ..methods import catalog
+from ..paths import RESULTS_DIR, RUNS_DIR, atomic_write_text
+from ..scoring import plots
+from ..scoring.evaluation import gallery
+from ..scoring.table import to_markdown, write_table
+from .run import read_record
+
+COMPARISON_COLUMNS = ("metric", "pair", "a", "b", "difference", "lo", "hi", "p_value", "significant")
+
+
+def collect_table(runs_dir: str | Path | None = None, write: bool = True, results_dir: str | Path | None = None) -> str:
+    """The table from the metrics notebook's recorded rows; unless ``write`` is False, written to results/ as
+    table.csv, table.md and table.png, with counterfactuals.png: the same queries explained by every method."""
+    runs_dir = Path(runs_dir or RUNS_DIR)
+    record = read_record(runs_dir / "10_metrics")
+    rows, note = record["rows"], record.get("inception_note")
+    if write:
+        results_dir = Path(results_dir or RESULTS_DIR)
+        write_table(rows, results_dir, note)
+        if "comparisons" in record:
+            write_comparisons(record["comparisons"], results_dir)
+        queries, counterfactuals, titles = gallery(runs_dir)
+        labelled = {catalog.label(method): images for method, images in counterfactuals.items()}
+        plots.save_figure(plots.method_gallery(queries, labelled, titles), results_dir / "counterfactuals.png")
+    return to_markdown(rows, note)
+
+
+def write_comparisons(comparisons: list[dict], results_dir: str | Path) -> Path:
+    """``results/comparisons.csv``: every two methods' paired-bootstrap difference in IM1 and FID, per pair and
+    on the mean (A − B, its 95 % interval, p-value, whether the interval excludes zero)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, COMPARISON_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(comparisons)
+    return atomic_write_text(Path(results_dir) / "comparisons.csv", buffer.getvalue())

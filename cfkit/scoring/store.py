@@ -1,0 +1,116 @@
+"""Counterfactual sets on disk: the hand-off between a method's notebook and the metrics.
+
+A set is one method on one pair: ``cfs_<method>_<q>to<t>.pt`` holding the query indices (into the
+MNIST test images of the query class), ``x``, ``x_cf``, ``source``, ``target``, ``valid``, the
+seconds it took and the fingerprint of the classifier it explains, so any metric can be recomputed
+later without re-running the method, and never against another classifier.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..data import PAIRS
+from ..errors import InputError, MissingResultsError
+from ..methods import catalog
+from ..methods.base import Result
+from ..paths import atomic_torch_save
+
+PREFIX = "cfs_"
+
+
+@dataclass
+class CounterfactualSet:
+    method: str
+    pair: tuple[int, int]
+    query: torch.Tensor
+    x: torch.Tensor
+    x_cf: torch.Tensor
+    source: torch.Tensor
+    target: torch.Tensor
+    valid: torch.Tensor
+    seconds: float | None
+    classifier: str  # SHA-256 of the explained classifier's weights (cfkit.common.fingerprint)
+
+    @property
+    def pair_name(self) -> str:
+        return f"{self.pair[0]}->{self.pair[1]}"
+
+
+def set_path(out_dir: str | Path, method: str, pair: tuple[int, int]) -> Path:
+    return Path(out_dir) / f"{PREFIX}{method}_{pair[0]}to{pair[1]}.pt"
+
+
+def save_counterfactuals(
+    out_dir: str | Path, method: str, pair: tuple[int, int], query: torch.Tensor, result: Result, classifier: str,
+    timed: bool = True,
+) -> Path:
+    """Write a method's result for one pair atomically, with the ``classifier`` fingerprint it explains;
+    ``timed=False`` leaves seconds empty (reference rows). The method must be in the catalog."""
+    catalog.get(method)
+    if not isinstance(classifier, str) or len(classifier) != 64:
+        raise InputError(f"classifier must be the explained classifier's SHA-256 fingerprint "
+                         f"(cfkit.common.fingerprint), got {classifier!r}.")
+    payload = {
+        "method": method, "pair": torch.tensor(pair), "query": _own(query), "x": _own(result.x),
+        "x_cf": _own(result.x_cf), "source": _own(result.source), "target": _own(result.target),
+        "valid": _own(result.valid), "seconds": torch.tensor(result.seconds if timed else float("nan")),
+        "classifier": classifier,
+    }
+    return atomic_torch_save(set_path(out_dir, method, pair), payload)
+
+
+def _own(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached CPU copy holding only its own elements: torch.save writes a view's whole storage, so a set of 4
+    queries sliced from the 982 test fours would otherwise carry all of them."""
+    return tensor.detach().cpu().clone(memory_format=torch.contiguous_format)
+
+
+def load_counterfactuals(path: str | Path) -> CounterfactualSet:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(f"{path} is not a readable counterfactual set ({exc}); re-run the notebook that wrote it.")
+    if "classifier" not in payload:
+        raise InputError(f"{path} records no classifier fingerprint: an older cfkit wrote it; re-run the notebook "
+                         "that made it.")
+    seconds = float(payload["seconds"])
+    return CounterfactualSet(
+        method=payload["method"], pair=tuple(payload["pair"].tolist()), query=payload["query"], x=payload["x"],
+        x_cf=payload["x_cf"], source=payload["source"], target=payload["target"], valid=payload["valid"],
+        seconds=None if math.isnan(seconds) else seconds, classifier=payload["classifier"],
+    )
+
+
+def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
+    """Every counterfactual set under ``runs_dir`` (one level of notebook folders deep), in table order."""
+    paths = sorted(Path(runs_dir).glob(f"*/{PREFIX}*.pt")) + sorted(Path(runs_dir).glob(f"{PREFIX}*.pt"))
+
+    def key(p: Path) -> tuple[int, int, str]:
+        method, pair = p.stem[len(PREFIX):].rsplit("_", 1)
+        pair_order = [f"{q}to{t}" for q, t in PAIRS]
+        methods = catalog.names()
+        return (methods.index(method) if method in methods else len(methods),
+                pair_order.index(pair) if pair in pair_order else len(pair_order), p.name)
+
+    return sorted(paths, key=key)
+
+
+def saved_sets(runs_dir: str | Path, methods: Iterable[str], pairs: Iterable[tuple[int, int]]
+               ) -> dict[tuple[str, tuple[int, int]], CounterfactualSet]:
+    """The saved set of every method and pair, from its catalog notebook's folder under ``runs_dir``; a missing
+    one is a clear error naming the notebook that writes it."""
+    sets = {}
+    for method in methods:
+        notebook = catalog.get(method).notebook
+        for pair in pairs:
+            path = set_path(Path(runs_dir) / notebook, method, pair)
+            if not path.is_file():
+                raise MissingResultsError(f"no {method} set for {pair[0]}->{pair[1]} at {path}: run "
+                                          f"`cfkit run {notebook}` (or `make reproduce`) first.")
+            sets[(method, pair)] = load_counterfactuals(path)
+    return sets
