@@ -63,8 +63,8 @@ def test_each_phase_records_the_devices_it_ran_on(tmp_path) -> None:
 def test_scoring_runs_each_batch_on_the_models_device_and_returns_cpu_scores() -> None:
     """The metrics' networks run where their weights are and hand back CPU tensors (on a machine with a GPU the
     reference profile's test sees them on CUDA)."""
-    from cfkit.devices import model_device
-    from cfkit.metrics import _batched
+    from cfkit.common.devices import model_device
+    from cfkit.scoring.metrics import _batched
 
     seen = []
 
