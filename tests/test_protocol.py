@@ -156,3 +156,16 @@ def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path
         assert record["devices"][notebook] == {"method": [here], "metrics": [here]}
     rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
     assert ["cem", "mean"] in rows and ["original_data", "mean"] in rows
+
+
+def test_a_piece_without_the_scoring_notebook_keeps_its_sets_and_says_how_the_table_follows(tmp_path) -> None:
+    """`cfkit reproduce --notebooks 01_adversarial` (one piece of a long reproduction) ends without a table and
+    without an error; the next piece with 10_metrics scores what the first one made."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    tiny = ["-p", "n_queries", "2", "-p", "pairs", "4->9", "-p", "inception", "False", "--runs", str(runs),
+            "--results", str(results)]
+    assert cli.main(["reproduce", "--notebooks", "01_adversarial", *tiny]) == 0
+    assert (runs / "01_adversarial" / "cfs_adv_attack_4to9.pt").is_file() and not (results / "table.csv").exists()
+    assert cli.main(["reproduce", "--notebooks", "10_metrics", *tiny]) == 0
+    rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
+    assert ["adv_attack", "4->9"] in rows and ["original_data", "4->9"] in rows

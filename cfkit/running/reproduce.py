@@ -393,7 +393,12 @@ def reproduce(
                     wait(running)
                     raise future.exception()
     share.unlink(missing_ok=True)
-    table = collect_table(runs_dir, results_dir=results_dir)
+    scored = (runs_dir / SCORING_NOTEBOOK / RECORD_FILE).is_file()
+    if scored:
+        table = collect_table(runs_dir, results_dir=results_dir)
+    else:  # a piece of a reproduction (--notebooks without 10_metrics): keep its sets, say how the table follows
+        table = (f"no table yet: {SCORING_NOTEBOOK} has not scored the sets under {runs_dir}; run the rest with "
+                 f"--notebooks ... {SCORING_NOTEBOOK} (the sets already made are kept)")
     total = round(time.perf_counter() - start, 1)
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
         "seconds": total, "notebooks": seconds, "profile": phases, "devices": devices, "settings": profile,
@@ -403,5 +408,5 @@ def reproduce(
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     })
-    say(f"table, figures and {REPRODUCE_RECORD} written to {results_dir}")
+    say(f"{'table, figures and ' if scored else ''}{REPRODUCE_RECORD} written to {results_dir}")
     return table
