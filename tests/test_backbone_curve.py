@@ -131,3 +131,4 @@ def test_the_denoisers_curve_resumes_to_the_same_weights_and_scores_per_class(tm
     assert point["ldce_validity"] == 0.5 and seen == ["LatentUNet", "LatentUNet"]
     header = (tmp_path / "r1" / "backbones" / "ldm_unet_curve.csv").read_text().splitlines()[0]
     assert header.endswith("sample_accuracy,ldce_validity")
+    assert whole.figure().stat().st_size > 5_000, "the denoiser's figure draws its own decoded samples"

@@ -204,8 +204,12 @@ class CurveRun:
         """The curve and the last point's samples, as ``results/backbones/<name>_curve.png``."""
         from ..scoring.plots import save_figure, training_curve  # matplotlib only where a figure is drawn
 
-        samples = self.model.sample(32, seed=self.config.seed) if self.curve else None
+        samples = self.figure_samples() if self.curve else None
         return save_figure(training_curve(self.curve, self.name, samples), self.results_dir / f"{self.name}_curve.png")
+
+    def figure_samples(self) -> torch.Tensor:
+        """32 seeded samples of the model as it stands, for the figure."""
+        return self.model.sample(32, seed=self.config.seed)
 
     def _write_curve(self) -> Path:
         buffer = io.StringIO()
@@ -350,6 +354,17 @@ class DenoiserCurveRun(CurveRun):
             self.steps += 1
         self.model.eval()
         self.epochs_done += 1
+
+    def figure_samples(self) -> torch.Tensor:
+        """32 seeded samples of the EMA denoiser, decoded by the shipped VAE: digits 0-9 in turn."""
+        from ..zoo.checkpoints import load
+        from ..zoo.diffusion import sample_latents
+
+        labels = torch.arange(32) % 10
+        with torch.inference_mode():
+            latents = sample_latents(self.ema.module.eval(), labels.to(self.device),
+                                     generator=torch.Generator().manual_seed(self.config.seed))
+            return load("ldm_vae", device=self.device).decode(latents).cpu()
 
     def score(self, features: nn.Module, context: dict) -> dict:
         """Per-class sample FID (mean over classes, with its interval), sample accuracy, and ``extra``."""
