@@ -232,14 +232,17 @@ def setting_scores(scores: list[dict], metric: str) -> dict[tuple, dict[str, flo
     out: dict[tuple, dict[str, float]] = {}
     for row in scores:
         if row["pair"] == "mean":
-            key = tuple(row[axis] if axis != "aggregation" or metric == "im1" else None for axis in AXES)
-            out.setdefault(key, {}).setdefault(row["method"], row[metric])
+            out.setdefault(_metric_setting(row, metric), {}).setdefault(row["method"], row[metric])
     return out
 
 
-def _chosen_key(scores: list[dict], metric: str) -> tuple:
-    row = next(r for r in scores if r["chosen"])
+def _metric_setting(row: dict, metric: str) -> tuple:
+    """The axes of the setting a scores row belongs to for ``metric`` (IM2 has no aggregation axis)."""
     return tuple(row[axis] if axis != "aggregation" or metric == "im1" else None for axis in AXES)
+
+
+def _chosen_key(scores: list[dict], metric: str) -> tuple:
+    return _metric_setting(next(r for r in scores if r["chosen"]), metric)
 
 
 def flips_with(settings: dict[tuple, dict[str, float]], a: str, b: str) -> str:
