@@ -190,9 +190,13 @@ def reproduce_section() -> list[str]:
     rows.append({"notebook": "sum", **{key: round(sum(row.get(key) or 0 for row in rows), 1)
                                        for key in rows[0] if key not in ("notebook", "torch_threads")}})
     size = "full size" if record["full_size"] else "NOT full size"
+    speed = record.get("conv_gflops_one_thread")
+    host = (f" The host convolved at {speed['start']:.0f} GFLOP/s on one thread at the start and {speed['end']:.0f} "
+            "at the end (`conv_gflops_one_thread` in reproduce.json): hosts of this description have differed by 2x "
+            "in it, and the wall time follows it." if speed else "")
     return [f"`make reproduce` ({size}, finished {record['finished']}, install excluded): **{record['seconds']:.0f} s "
             f"= {record['seconds'] / 60:.1f} min** on {record['machine']['cpu']}, {record['machine']['cores']} cores, "
-            f"{record.get('jobs', 1)} notebooks at a time.", "",
+            f"{record.get('jobs', 1)} notebooks at a time.{host}", "",
             "Where each notebook's wall seconds went: `startup` is process, papermill and kernel start (the wall time "
             "less the cells' own); `method` the methods' `explain` calls; `metrics` scoring the sets (Inception "
             "left out); `inception` Inception-v3 forward passes (reference features included when not cached); "

@@ -131,6 +131,7 @@ def test_the_reference_profile_sets_every_reference_knob_a_notebook_has() -> Non
     assert {k: cem[k] for k in ("kappa", "gamma", "search_steps", "iterations", "hinge", "success")} == {
         "kappa": CEM_REFERENCE.kappa, "gamma": CEM_REFERENCE.gamma, "search_steps": 9, "iterations": 1000,
         "hinge": "pn", "success": "kappa"}
+    assert (cem["patience"], cem["settle"]) == (100, "batch"), "the faithfulness study's reference row's stop rule"
     assert reference["06_ldce"]["steps"] == 500, "Farid et al.'s 500-step DDIM schedule"
     assert all(values["inception_cfs"] == 0 for values in reference.values()), "Inception on every counterfactual"
     assert reproduce.protocol_parameters("02_cem", {"iterations": 5}, "reference")["iterations"] == 5, "given wins"
@@ -151,6 +152,8 @@ def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path
     assert parameters["hinge"] == "pn" and parameters["kappa"] == 10.0 and parameters["gamma"] == 100.0
     record = json.loads((results / "reproduce.json").read_text())
     assert record["settings"] == "reference"
+    speed = record["conv_gflops_one_thread"]  # the host's speed beside its seconds: hosts differ by 2x
+    assert speed["start"] > 1 and speed["end"] > 1
     here = "cuda:0" if torch.cuda.is_available() else "cpu"  # every stage on CUDA when present, and says so
     for notebook in ("02_cem", "10_metrics"):  # 10_metrics makes Original Data with a method too
         assert record["devices"][notebook] == {"method": [here], "metrics": [here]}
@@ -169,3 +172,22 @@ def test_a_piece_without_the_scoring_notebook_keeps_its_sets_and_says_how_the_ta
     assert cli.main(["reproduce", "--notebooks", "10_metrics", *tiny]) == 0
     rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
     assert ["adv_attack", "4->9"] in rows and ["original_data", "4->9"] in rows
+
+
+def test_the_ldce_ablation_is_shown_as_recorded_and_a_bad_record_says_how_to_regenerate_it(tmp_path) -> None:
+    """make reproduce leaves LDCE's ablation out of its minutes; 06_ldce shows the record that
+    `-p ablation_queries 50` writes, and refuses a file that is not one."""
+    from cfkit.errors import DataError
+    from cfkit.studies.ablation import RECORDED, recorded_ablation, save_ablation
+
+    assert "ablation_queries" not in reproduce.PROTOCOL["06_ldce"]
+    shipped = recorded_ablation(RECORDED)
+    assert shipped is not None and shipped["parameters"]["ablation_queries"] == 50
+    settings = {r["setting"] for r in shipped["rows"] if r["pair"] == "mean"}
+    assert "default" in settings and "no consensus (α=180°)" in settings and len(settings) == 8
+    assert recorded_ablation(tmp_path / "none.json") is None
+    rows = [{"setting": "default", "pair": "mean", "im1": 0.9}]
+    assert recorded_ablation(save_ablation(rows, tmp_path, {"ablation_queries": 2}))["rows"] == rows
+    (tmp_path / "bad.json").write_text('{"rows": 3}')
+    with pytest.raises(DataError, match="not a recorded LDCE ablation.*ablation_queries 50"):
+        recorded_ablation(tmp_path / "bad.json")

@@ -31,6 +31,7 @@ from ..zoo.checkpoints import load, names
 from ..zoo.classifiers import DEFAULT as DEFAULT_CLASSIFIER
 from ..zoo.classifiers import fingerprint, load_classifier
 from ..zoo.inception import inception_extractor
+from .compute import conv_peak_gflops
 from .parameter_values import check_values
 from .report import collect_table
 from .run import (RECORD_FILE, check_parameters, child_command, literal_defaults, notebook_parameters, read_record,
@@ -62,7 +63,7 @@ PROTOCOL: dict[str, dict[str, Any]] = {
     "03_cve": dict(_METHOD_PROTOCOL),
     "04_expgan": dict(_METHOD_PROTOCOL),
     "05_c3lt": dict(_METHOD_PROTOCOL),
-    "06_ldce": {**_METHOD_PROTOCOL, "ablation_queries": 50, "samples_per_class": 100},
+    "06_ldce": {**_METHOD_PROTOCOL, "samples_per_class": 100},
     "10_metrics": dict(_METHOD_PROTOCOL),
     "11_ldce_error_analysis": {"max_errors": 0},
 }
@@ -71,8 +72,9 @@ PROTOCOL: dict[str, dict[str, Any]] = {
 The notebooks' ``parameters`` cells default to a size that reaches the explorer in seconds (20 queries a pair,
 no Inception-space FID, LDCE's ablation off, 10 diffusion samples a class, 12 of the classifier's errors, the
 zoo's manifest figures not re-measured); here are the values of the protocol: every test image of the query class
-(``n_queries`` 0), Inception-space FID/KID, LDCE's ablation on 50 validation digits a pair and its model check on
-100 samples a class, every misclassified test digit, every model re-measured. :func:`reproduce` and
+(``n_queries`` 0), Inception-space FID/KID, LDCE's model check on 100 samples a class, every misclassified test
+digit, every model re-measured. LDCE's ablation is not part of the table; the reproduction shows it as recorded
+(:mod:`cfkit.studies.ablation`), which keeps about 160 s of one core out of the 15 minutes. :func:`reproduce` and
 ``cfkit run NOTEBOOK --protocol`` start from these (:func:`protocol_parameters`); values given to them win. A
 notebook not listed (a plugin's) runs at its own defaults."""
 
@@ -97,6 +99,13 @@ def check_profile(profile: str) -> str:
     if profile not in PROFILES:
         raise ParameterError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}.")
     return profile
+
+
+REFERENCE_EARLY_STOP = {"02_cem": {"patience": 100, "settle": "batch"}}
+"""What the reference profile adds to a reference config: the faithfulness study's reference CEM row (IM1 1.205,
+kit-FID 73.5) stopped a round once no image's best iterate or loss had improved for 100 iterations (3,133 of the
+9,000 iterations an image ran). IBM's ``aen_CEM.py`` runs all 9,000; ``-p patience 0`` does that (about 8 hours
+of one CPU core for the protocol, minutes on a GPU)."""
 
 
 def reference_parameters() -> dict[str, dict[str, Any]]:
@@ -125,6 +134,7 @@ def reference_parameters() -> dict[str, dict[str, Any]]:
                 raise ParameterError(f"{notebook} has no parameter for the reference's {', '.join(missing)}; add "
                                      "it to the notebook's parameters cell.")
             values.update({k: v for k, v in asdict(config).items() if k in spec and defaults.get(k) != v})
+        values.update(REFERENCE_EARLY_STOP.get(notebook, {}))
         out[notebook] = values
     return out
 
@@ -170,6 +180,13 @@ def reproduce_needs() -> dict[str, list[str]]:
 
 REPRODUCE_RECORD = "reproduce.json"
 """In results/: the wall time of each notebook of the last ``cfkit reproduce`` and the machine it ran on."""
+
+
+def host_speed() -> float:
+    """One torch thread's rate in a large convolution (GFLOP/s), measured in about a second: machines of the same
+    description have differed by 2x in it (and in every timing), so a reproduction's seconds are read beside
+    it, at its start and its end."""
+    return round(conv_peak_gflops(threads=1, batch=4, repeats=2), 1)
 
 
 def machine() -> dict[str, Any]:
@@ -337,7 +354,9 @@ def reproduce(
     ensure_mnist()
     for model in names():
         load(model)
-    say(f"MNIST and {len(names())} zoo checkpoints verified; {len(notebooks)} notebooks, {jobs} at a time")
+    speed = {"start": host_speed()}
+    say(f"MNIST and {len(names())} zoo checkpoints verified; {len(notebooks)} notebooks, {jobs} at a time; this "
+        f"host convolves at {speed['start']:.0f} GFLOP/s on one thread")
     if any(runs_inception(nb, parameters[nb]) for nb in notebooks):
         extractor, reason = inception_extractor()  # fetched once here, not by two notebooks at once
         if extractor is None:
@@ -400,12 +419,14 @@ def reproduce(
         table = (f"no table yet: {SCORING_NOTEBOOK} has not scored the sets under {runs_dir}; run the rest with "
                  f"--notebooks ... {SCORING_NOTEBOOK} (the sets already made are kept)")
     total = round(time.perf_counter() - start, 1)
+    speed["end"] = host_speed()
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
         "seconds": total, "notebooks": seconds, "profile": phases, "devices": devices, "settings": profile,
         "full_size": full_size,
         "jobs": jobs,
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
+        "conv_gflops_one_thread": speed,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     })
     say(f"{'table, figures and ' if scored else ''}{REPRODUCE_RECORD} written to {results_dir}")
