@@ -159,6 +159,8 @@ def test_the_reference_profile_runs_at_a_tiny_size_into_its_own_folders(tmp_path
         assert record["devices"][notebook] == {"method": [here], "metrics": [here]}
     rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
     assert ["cem", "mean"] in rows and ["original_data", "mean"] in rows
+    beside = (results / "versus_default.md").read_text()  # the shipped default table beside this one
+    assert "| cem |" in beside and "| original_data |" in beside and "| adv_attack |" not in beside
 
 
 def test_a_piece_without_the_scoring_notebook_keeps_its_sets_and_says_how_the_table_follows(tmp_path) -> None:
@@ -191,3 +193,18 @@ def test_the_ldce_ablation_is_shown_as_recorded_and_a_bad_record_says_how_to_reg
     (tmp_path / "bad.json").write_text('{"rows": 3}')
     with pytest.raises(DataError, match="not a recorded LDCE ablation.*ablation_queries 50"):
         recorded_ablation(tmp_path / "bad.json")
+
+
+def test_versus_marks_a_difference_only_where_the_intervals_do_not_overlap() -> None:
+    from cfkit.scoring.table import versus, versus_markdown
+
+    def row(method, im1, lo, hi, pair="mean"):
+        return {"method": method, "pair": pair, "im1": im1, "im1_lo": lo, "im1_hi": hi}
+
+    default = [row("a", 1.0, 0.9, 1.1), row("b", 1.0, 0.9, 1.1), row("c", 1.0, None, None), row("a", 5, 4, 6, "4->9")]
+    reference = [row("a", 1.3, 1.2, 1.4), row("b", 1.05, 1.0, 1.1), row("c", 2.0, 1.9, 2.1)]
+    rows = {r["method"]: r for r in versus(default, reference, columns=("im1",))}
+    assert (rows["a"]["im1_apart"], rows["b"]["im1_apart"], rows["c"]["im1_apart"]) == (True, False, None)
+    assert rows["a"]["im1_default"] == 1.0 and rows["a"]["im1_reference"] == 1.3
+    text = versus_markdown(list(rows.values()), columns=("im1",))
+    assert "**1.300 [1.200, 1.400]**" in text and "| b | 1.000 [0.900, 1.100] | 1.050 [1.000, 1.100] |" in text

@@ -10,7 +10,7 @@ from ..methods import catalog
 from ..paths import RESULTS_DIR, RUNS_DIR, atomic_write_text
 from ..scoring import plots
 from ..scoring.evaluation import gallery
-from ..scoring.table import to_markdown, write_table
+from ..scoring.table import read_csv, to_markdown, versus, versus_markdown, write_table
 from .run import read_record
 
 COMPARISON_COLUMNS = ("metric", "pair", "a", "b", "difference", "lo", "hi", "p_value", "significant")
@@ -41,3 +41,14 @@ def write_comparisons(comparisons: list[dict], results_dir: str | Path) -> Path:
     writer.writeheader()
     writer.writerows(comparisons)
     return atomic_write_text(Path(results_dir) / "comparisons.csv", buffer.getvalue())
+
+
+VERSUS_FILE = "versus_default.md"
+"""In a reference reproduction's results: its table beside the default one (:func:`cfkit.scoring.table.versus`)."""
+
+
+def write_versus(default_csv: str | Path, results_dir: str | Path) -> Path:
+    """``results_dir/versus_default.md``: the mean row of every method in the default table (``default_csv``) and
+    in the table just written to ``results_dir``, bold where their 95 % intervals do not overlap."""
+    rows = versus(read_csv(default_csv), read_csv(Path(results_dir) / "table.csv"))
+    return atomic_write_text(Path(results_dir) / VERSUS_FILE, versus_markdown(rows))

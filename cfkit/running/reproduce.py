@@ -33,7 +33,7 @@ from ..zoo.classifiers import fingerprint, load_classifier
 from ..zoo.inception import inception_extractor
 from .compute import conv_peak_gflops
 from .parameter_values import check_values
-from .report import collect_table
+from .report import collect_table, write_versus
 from .run import (RECORD_FILE, check_parameters, child_command, literal_defaults, notebook_parameters, read_record,
                   run_notebook)
 
@@ -415,6 +415,8 @@ def reproduce(
     scored = (runs_dir / SCORING_NOTEBOOK / RECORD_FILE).is_file()
     if scored:
         table = collect_table(runs_dir, results_dir=results_dir)
+        if profile == "reference" and (RESULTS_DIR / "table.csv").is_file():
+            say(f"the default table beside this one: {write_versus(RESULTS_DIR / 'table.csv', results_dir)}")
     else:  # a piece of a reproduction (--notebooks without 10_metrics): keep its sets, say how the table follows
         table = (f"no table yet: {SCORING_NOTEBOOK} has not scored the sets under {runs_dir}; run the rest with "
                  f"--notebooks ... {SCORING_NOTEBOOK} (the sets already made are kept)")

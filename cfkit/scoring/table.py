@@ -149,3 +149,45 @@ def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
     for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
     return "\n".join(lines)
+
+
+VERSUS_COLUMNS = ("im1", "fid", "validity", "fid_inception")
+"""What the default and the reference profile are compared on (each with its 95 % interval)."""
+
+
+def versus(default: list[dict], reference: list[dict], columns: tuple[str, ...] = VERSUS_COLUMNS,
+           pair: str = "mean") -> list[dict]:
+    """Each method in both tables, side by side on ``pair``'s row: per column both values with their intervals
+    and ``<column>_apart`` True when the two 95 % intervals do not overlap (a difference beyond the intervals;
+    None when either value or interval is missing)."""
+    by_method = {row["method"]: row for row in reference if row["pair"] == pair}
+    rows = []
+    for mine in (row for row in default if row["pair"] == pair and row["method"] in by_method):
+        theirs, out = by_method[mine["method"]], {"method": mine["method"], "pair": pair}
+        for column in columns:
+            ends = [row.get(f"{column}{end}") for row in (mine, theirs) for end in ("_lo", "_hi")]
+            out[f"{column}_default"], out[f"{column}_reference"] = mine.get(column), theirs.get(column)
+            out[f"{column}_default_ci"] = _interval(mine, column)
+            out[f"{column}_reference_ci"] = _interval(theirs, column)
+            out[f"{column}_apart"] = None if None in ends else ends[1] < ends[2] or ends[3] < ends[0]
+        rows.append(out)
+    return rows
+
+
+def _interval(row: dict, column: str) -> str:
+    low, high = row.get(f"{column}_lo"), row.get(f"{column}_hi")
+    return "" if low is None or high is None else f"[{_cell(low, 3)}, {_cell(high, 3)}]"
+
+
+def versus_markdown(rows: list[dict], columns: tuple[str, ...] = VERSUS_COLUMNS) -> str:
+    """:func:`versus` for people: value [interval] in each profile, **bold** where the intervals do not overlap."""
+    head = ["method"] + [f"{column} {profile}" for column in columns for profile in ("default", "reference")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["method"]]
+        for column in columns:
+            for profile in ("default", "reference"):
+                text = f"{_cell(row[f'{column}_{profile}'], 3)} {row[f'{column}_{profile}_ci']}".strip()
+                cells.append(f"**{text}**" if row[f"{column}_apart"] else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\nBold: the two 95 % intervals do not overlap.\n"
