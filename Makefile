@@ -9,6 +9,8 @@ TORCH ?= torch==2.14.1 torchvision==0.29.1
 JOBS ?= 2
 # PROFILE=reference: every method at its paper's / public code's setting, into runs/reference and results/reference
 PROFILE ?= default
+# RESUME=1: reuse each pair's set saved by the same method, settings, code and weights (go on where a run stopped)
+RESUME ?=
 # pytest-xdist workers of `make test` (each on cores/TEST_JOBS torch threads, see tests/conftest.py); 0 runs in one process.
 TEST_JOBS ?= logical
 # `make app CLASSIFIER=model.pt` (or package.module:factory with CLASSIFIER_STATE=weights.pt) explains another
@@ -42,7 +44,7 @@ $(VENV)/.installed-docs: $(VENV)/.installed
 
 ## reproduce: set up, get MNIST, verify the shipped zoo, run every notebook headless, write results/
 reproduce: $(VENV)/.installed
-	$(BIN)/cfkit reproduce --jobs $(JOBS) --profile $(PROFILE)
+	$(BIN)/cfkit reproduce --jobs $(JOBS) --profile $(PROFILE)$(if $(RESUME), --resume)
 
 ## test: set up with the dev extras, get MNIST once, run the test suite on TEST_JOBS pytest-xdist workers
 test: $(VENV)/.installed-dev

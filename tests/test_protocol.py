@@ -32,7 +32,7 @@ def test_every_notebook_of_the_reproduction_has_a_plan_and_given_values_win() ->
     # recomputes it), so it has no plan
     assert set(reproduce.reproduce_order()) - set(reproduce.PROTOCOL) == {"12_faithfulness"}
     merged = reproduce.protocol_parameters("06_ldce", {"n_queries": 4})
-    assert merged["n_queries"] == 4 and merged["ablation_queries"] == 50 and merged["inception"] is True
+    assert merged["n_queries"] == 4 and merged["samples_per_class"] == 100 and merged["inception"] is True
     assert reproduce.protocol_parameters("notebooks/12_faithfulness.ipynb") == {}
 
 
@@ -77,6 +77,18 @@ def test_reproduce_runs_the_protocol_with_given_values_over_it_and_copies_each_e
     assert json.loads((results / "reproduce.json").read_text())["full_size"] is True
 
 
+def test_reproduce_resume_tells_each_method_notebook_and_stays_full_size(fake_runs, tmp_path) -> None:
+    """--resume changes no result, so the run still counts as full size; its record says it resumed (its seconds
+    leave the reused pairs out)."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    assert cli.main(["reproduce", "--resume", "--notebooks", "02_cem", "11_ldce_error_analysis", "--runs", str(runs),
+                     "--results", str(results)]) == 0
+    assert fake_runs == [("02_cem", {**reproduce.PROTOCOL["02_cem"], "resume": True}),
+                         ("11_ldce_error_analysis", reproduce.PROTOCOL["11_ldce_error_analysis"])]
+    record = json.loads((results / "reproduce.json").read_text())
+    assert record["full_size"] is True and record["resumed"] is True
+
+
 def test_cfkit_run_protocol_starts_from_the_plan(monkeypatch, tmp_path) -> None:
     given = []
     monkeypatch.setattr(papermill, "execute_notebook", lambda path, output, parameters, **kw: given.append(parameters))
@@ -108,7 +120,7 @@ def test_cfkit_sweep_protocol_fixes_the_plan_under_the_swept_and_set_values(monk
     calls = []
     monkeypatch.setattr(cfkit.running.sweep, "run_sweep", lambda notebook, swept, fixed, **kw: calls.append((swept, fixed)) or Done())
     assert cli.main(["sweep", "06_ldce", "-p", "n_queries", "5", "10", "--set", "pairs", "4->9", "--protocol"]) == 0
-    assert calls == [({"n_queries": [5, 10]}, {"inception": True, "ablation_queries": 50, "samples_per_class": 100,
+    assert calls == [({"n_queries": [5, 10]}, {"inception": True, "samples_per_class": 100,
                                                "pairs": "4->9"})]
 
 

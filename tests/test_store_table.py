@@ -114,3 +114,58 @@ def test_a_set_holds_only_its_own_images(tmp_path) -> None:
     back = load_counterfactuals(path)
     assert torch.equal(back.x, x) and torch.equal(back.x_cf, x.flip(-1)) and torch.equal(back.query, index)
     assert torch.equal(back.source, result.source) and torch.equal(back.valid, result.valid)
+
+
+def test_a_resumed_run_reuses_only_a_set_of_the_same_method_settings_and_queries(tmp_path) -> None:
+    """run_method(resume=True) takes a pair's saved set, extras included, when the same method, settings, code and
+    weights made it for the same queries, and explains again otherwise (other settings, a set from before run
+    keys, or no resume)."""
+    from dataclasses import replace
+
+    from cfkit.methods.cem import CEM, CEMConfig
+    from cfkit.scoring.evaluation import run_method
+    from cfkit.scoring.store import run_key
+
+    classifier, autoencoder = load("classifier"), load("ae_all")
+    config = CEMConfig(search_steps=1, iterations=3)
+    calls = []
+
+    class Counted(CEM):
+        def _explain_all(self, *args):
+            calls.append(self.config.iterations)
+            return super()._explain_all(*args)
+
+    first = []
+    path = run_method(Counted(classifier, autoencoder, config), tmp_path, "4->9", 3, results=first)[0]
+    again = []
+    assert run_method(Counted(classifier, autoencoder, config), tmp_path, "4->9", 3, results=again, resume=True) == [path]
+    assert calls == [3], "the second run reused the set"
+    assert torch.equal(again[0].x_cf, first[0].x_cf) and torch.equal(again[0].valid, first[0].valid)
+    assert set(again[0].extras) == {"constant", "found", "iterations"}, "the method's extras come back too"
+    assert torch.equal(again[0].extras["iterations"], first[0].extras["iterations"])
+    assert torch.allclose(again[0].extras["constant"], first[0].extras["constant"], equal_nan=True)
+    assert again[0].seconds == pytest.approx(first[0].seconds)
+    other = Counted(classifier, autoencoder, replace(config, iterations=4))
+    assert run_key(other, (4, 9)) != run_key(Counted(classifier, autoencoder, config), (4, 9))
+    run_method(other, tmp_path, "4->9", 3, resume=True)
+    assert calls == [3, 4], "other settings explain again (and overwrite the set)"
+    run_method(other, tmp_path, "4->9", 4, resume=True)
+    assert calls == [3, 4, 4], "other queries explain again"
+    run_method(other, tmp_path, "4->9", 4)
+    assert calls == [3, 4, 4, 4], "without resume every pair is explained"
+    payload = torch.load(path, weights_only=True)
+    del payload["run_key"]  # a set saved before run keys were recorded
+    torch.save(payload, path)
+    run_method(other, tmp_path, "4->9", 4, resume=True)
+    assert calls == [3, 4, 4, 4, 4]
+
+
+def test_reproduce_resume_reaches_every_method_notebook_and_its_record() -> None:
+    import inspect
+
+    from cfkit.running import reproduce
+    from cfkit.running.run import notebook_parameters
+
+    for notebook in reproduce.method_notebooks():
+        assert "resume" in notebook_parameters(notebook), f"{notebook} cannot go on where a run stopped"
+    assert "resume" in inspect.signature(reproduce.reproduce).parameters

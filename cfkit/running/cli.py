@@ -144,7 +144,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     parameters = for_every_notebook(notebooks or reproduce_order(), values) if values else None
     print(reproduce(runs_dir=args.runs, results_dir=args.results, jobs=args.jobs, classifier=given["classifier"],
                     classifier_state=given["classifier_state"], parameters=parameters, notebooks=notebooks,
-                    profile=args.profile))
+                    profile=args.profile, resume=args.resume))
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
 
 
@@ -366,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "steps, ...) and Inception on every counterfactual, into runs/reference and results/reference")
     p.add_argument("--notebooks", nargs="+", default=None, metavar="NOTEBOOK",
                    help="only these notebooks of the reproduction, in its order (e.g. 01_adversarial 10_metrics)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse each pair's set that the same method, settings, code and weights saved (a reproduction "
+                        "of hours goes on where it stopped); reproduce.json then says resumed")
     p.add_argument("--runs", default=None, help="runs folder (default runs/)")
     p.add_argument("--results", default=None, help="results folder (default results/)")
     p.set_defaults(func=_cmd_reproduce)

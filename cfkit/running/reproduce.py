@@ -308,7 +308,7 @@ def reproduce(
     runs_dir: str | Path | None = None, results_dir: str | Path | None = None,
     notebooks: Iterable[str] | None = None, parameters: dict[str, dict[str, Any]] | None = None,
     log: Any = None, jobs: int = 1, classifier: str | None = None, classifier_state: str | None = None,
-    profile: str = "default",
+    profile: str = "default", resume: bool = False,
 ) -> str:
     """Get MNIST, check the zoo loads, run the notebooks (:func:`reproduce_order` unless ``notebooks`` names
     some; at the full protocol, :data:`PROTOCOL`, unless ``parameters`` gives a notebook other values, which win),
@@ -321,6 +321,10 @@ def reproduce(
     (:func:`cfkit.methods.catalog.cannot_explain`), as are the per-pair methods' notebooks (their models learn the
     zoo classifier; train them with ``cfkit train … --classifier``); ``runs_dir`` and ``results_dir`` must be
     folders of its own.
+
+    ``resume``: each method notebook reuses a pair's set that the same method, settings, code and weights saved
+    (:func:`cfkit.scoring.evaluation.run_method`), so a reproduction of hours on a CPU goes on where it stopped;
+    its record says so, since its seconds then leave those pairs out.
 
     ``jobs`` > 1 runs that many notebooks at once, a notebook starting once those it reads
     (:func:`reproduce_needs`) are done, each kernel on cores // (notebooks running with it) torch threads
@@ -340,6 +344,9 @@ def reproduce(
     if classifier is not None:
         notebooks, given = _for_classifier(notebooks, given, classifier, classifier_state, runs_dir, results_dir, log)
     parameters = {nb: protocol_parameters(nb, given.get(nb), profile) for nb in notebooks}
+    for notebook in notebooks if resume else ():  # results unchanged, so still full size; the record says resumed
+        if "resume" in notebook_parameters(notebook):
+            parameters[notebook]["resume"] = True
     needs = reproduce_needs()
     for notebook in needs:  # the scoring notebook reads the sets where this reproduction writes them
         if notebook in notebooks:
@@ -424,7 +431,7 @@ def reproduce(
     speed["end"] = host_speed()
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
         "seconds": total, "notebooks": seconds, "profile": phases, "devices": devices, "settings": profile,
-        "full_size": full_size,
+        "full_size": full_size, "resumed": resume,
         "jobs": jobs,
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),

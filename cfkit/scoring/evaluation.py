@@ -26,7 +26,8 @@ from ..zoo.inception import INCEPTION_CFS
 from . import bootstrap, columns, metrics, pairs
 from .metrics import MetricModels
 from .pairs import evaluate_pair, mean_row
-from .store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from .store import (find_counterfactuals, load_counterfactuals, reusable_result, run_key, save_counterfactuals,
+                    set_path)
 
 
 def parse_pairs(pairs: str | Iterable) -> list[tuple[int, int]]:
@@ -88,18 +89,27 @@ def reference_images(target: int) -> torch.Tensor:
 
 def run_method(
     method: CounterfactualMethod, out_dir: str | Path, pairs: str | Iterable = PAIRS, n_queries: int = 0,
-    timed: bool = True, results: list[Result] | None = None,
+    timed: bool = True, results: list[Result] | None = None, resume: bool = False,
 ) -> list[Path]:
     """Explain the protocol queries of each pair with ``method``; save one counterfactual set per pair.
 
-    ``results``, when given, receives each pair's :class:`Result` (for method extras the sets do not keep).
+    ``results``, when given, receives each pair's :class:`Result` (with the method's extras). ``resume``: a pair
+    whose set in ``out_dir`` was made by the same method, settings, code and weights for the same queries
+    (:func:`cfkit.scoring.store.run_key`) is taken as saved, so a run of hours stopped between pairs goes on
+    where it stopped.
     """
     paths = []
     for pair in parse_pairs(pairs):
         x, query = protocol_queries(pair, n_queries)
-        result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
-        paths.append(save_counterfactuals(out_dir, method.name, pair, query, result, method.classifier_fingerprint,
-                                          timed=timed))
+        key = run_key(method, pair)
+        result = reusable_result(set_path(out_dir, method.name, pair), key, query) if resume else None
+        if result is not None:
+            print(f"{method.name} {pair_name(pair)}: reusing the saved set (same method, settings, code, weights)")
+            paths.append(set_path(out_dir, method.name, pair))
+        else:
+            result = method.explain(x, pair[1], source=torch.full((len(x),), pair[0]))
+            paths.append(save_counterfactuals(out_dir, method.name, pair, query, result,
+                                              method.classifier_fingerprint, timed=timed, run_key=key))
         if results is not None:
             results.append(result)
     return paths

@@ -7,17 +7,23 @@ later without re-running the method, and never against another classifier.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from ..common.fingerprint import fingerprint
 from ..data import PAIRS
 from ..errors import InputError, MissingResultsError
-from ..methods import catalog
-from ..methods.base import Result
+from ..methods import base, catalog
+from ..methods.base import CounterfactualMethod, PerPairMethod, Result
 from ..paths import atomic_torch_save
 
 PREFIX = "cfs_"
@@ -47,10 +53,11 @@ def set_path(out_dir: str | Path, method: str, pair: tuple[int, int]) -> Path:
 
 def save_counterfactuals(
     out_dir: str | Path, method: str, pair: tuple[int, int], query: torch.Tensor, result: Result, classifier: str,
-    timed: bool = True,
+    timed: bool = True, run_key: str | None = None,
 ) -> Path:
     """Write a method's result for one pair atomically, with the ``classifier`` fingerprint it explains;
-    ``timed=False`` leaves seconds empty (reference rows). The method must be in the catalog."""
+    ``timed=False`` leaves seconds empty (reference rows). The method must be in the catalog. The result's tensor
+    extras are kept, and ``run_key`` (:func:`run_key`) lets a resumed run reuse the set."""
     catalog.get(method)
     if not isinstance(classifier, str) or len(classifier) != 64:
         raise InputError(f"classifier must be the explained classifier's SHA-256 fingerprint "
@@ -60,8 +67,49 @@ def save_counterfactuals(
         "x_cf": _own(result.x_cf), "source": _own(result.source), "target": _own(result.target),
         "valid": _own(result.valid), "seconds": torch.tensor(result.seconds if timed else float("nan")),
         "classifier": classifier,
+        "extras": {k: _own(v) for k, v in result.extras.items() if isinstance(v, torch.Tensor)},
     }
+    if run_key is not None:
+        payload["run_key"] = run_key
     return atomic_torch_save(set_path(out_dir, method, pair), payload)
+
+
+def run_key(method: CounterfactualMethod, pair: tuple[int, int]) -> str:
+    """What a saved set must match for a resumed run to reuse it instead of explaining the pair again: the method,
+    its settings and batch size, the source of its module and of the base class, the device type, and the weights
+    of every network it holds (the classifier, autoencoders, denoisers, and a per-pair method's model for
+    ``pair``)."""
+    weights = {name: fingerprint(value) for name, value in sorted(vars(method).items()) if isinstance(value, nn.Module)}
+    if isinstance(method, PerPairMethod):
+        weights["pair_model"] = fingerprint(method.pair_model(pair))
+    code = hashlib.sha256()
+    try:
+        for module in (inspect.getmodule(type(method)), base):
+            code.update(Path(inspect.getsourcefile(module)).read_bytes())
+    except (TypeError, OSError):  # a method defined where its source cannot be read: never reused
+        code.update(os.urandom(32))
+    parts = {"method": method.name, "config": repr(getattr(method, "config", None)), "batch": method.batch_size,
+             "device": torch.device(method.device).type, "code": code.hexdigest(), "weights": weights,
+             "pair": list(pair)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def reusable_result(path: str | Path, key: str, query: torch.Tensor) -> Result | None:
+    """The saved set at ``path`` as a :class:`Result` when it was made under ``key`` for these ``query`` indices
+    (a resumed run takes it instead of explaining again), else None: no file, another key, other queries, or a
+    set from before run keys were recorded."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # an unreadable set is made again, never trusted
+        return None
+    if payload.get("run_key") != key or not torch.equal(payload["query"], query.cpu()):
+        return None
+    seconds = float(payload["seconds"])
+    return Result(x=payload["x"], x_cf=payload["x_cf"], source=payload["source"], target=payload["target"],
+                  valid=payload["valid"], seconds=seconds, extras=dict(payload.get("extras", {})))
 
 
 def _own(tensor: torch.Tensor) -> torch.Tensor:
