@@ -27,6 +27,9 @@ from ..methods.base import CounterfactualMethod, PerPairMethod, Result
 from ..paths import atomic_torch_save
 
 PREFIX = "cfs_"
+EXTRA_VALUES_PER_QUERY = 1024
+"""A result's extras are kept in its set up to this many values a query: per-image statistics (CEM's constants,
+LDCE's per-step mask shares), not images (LDCE's decoded trajectory, 34 images a query)."""
 
 
 @dataclass
@@ -57,7 +60,8 @@ def save_counterfactuals(
 ) -> Path:
     """Write a method's result for one pair atomically, with the ``classifier`` fingerprint it explains;
     ``timed=False`` leaves seconds empty (reference rows). The method must be in the catalog. The result's tensor
-    extras are kept, and ``run_key`` (:func:`run_key`) lets a resumed run reuse the set."""
+    extras are kept (up to :data:`EXTRA_VALUES_PER_QUERY` values a query), and ``run_key`` (:func:`run_key`) lets a
+    resumed run reuse the set."""
     catalog.get(method)
     if not isinstance(classifier, str) or len(classifier) != 64:
         raise InputError(f"classifier must be the explained classifier's SHA-256 fingerprint "
@@ -67,7 +71,8 @@ def save_counterfactuals(
         "x_cf": _own(result.x_cf), "source": _own(result.source), "target": _own(result.target),
         "valid": _own(result.valid), "seconds": torch.tensor(result.seconds if timed else float("nan")),
         "classifier": classifier,
-        "extras": {k: _own(v) for k, v in result.extras.items() if isinstance(v, torch.Tensor)},
+        "extras": {k: _own(v) for k, v in result.extras.items()
+                   if isinstance(v, torch.Tensor) and v.numel() <= EXTRA_VALUES_PER_QUERY * max(1, len(query))},
     }
     if run_key is not None:
         payload["run_key"] = run_key
