@@ -218,5 +218,10 @@ def test_versus_marks_a_difference_only_where_the_intervals_do_not_overlap() -> 
     rows = {r["method"]: r for r in versus(default, reference, columns=("im1",))}
     assert (rows["a"]["im1_apart"], rows["b"]["im1_apart"], rows["c"]["im1_apart"]) == (True, False, None)
     assert rows["a"]["im1_default"] == 1.0 and rows["a"]["im1_reference"] == 1.3
+    wide = {"method": "a", "pair": "mean", "fid_inception": 40.0, "fid_inception_lo": 39.0, "fid_inception_hi": 41.0}
+    at = [({**wide, "n_inception": 600}, {**wide, "fid_inception": 30.0, "fid_inception_lo": 29.0,
+                                          "fid_inception_hi": 31.0, "n_inception": n}) for n in (600, 2884)]
+    same, other = (versus([mine], [theirs], columns=("fid_inception",))[0] for mine, theirs in at)
+    assert same["fid_inception_apart"] is True and other["fid_inception_apart"] is None, "FID compares at one n"
     text = versus_markdown(list(rows.values()), columns=("im1",))
     assert "**1.300 [1.200, 1.400]**" in text and "| b | 1.000 [0.900, 1.100] | 1.050 [1.000, 1.100] |" in text

@@ -153,13 +153,16 @@ def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
 
 VERSUS_COLUMNS = ("im1", "fid", "validity", "fid_inception")
 """What the default and the reference profile are compared on (each with its 95 % interval)."""
+SAMPLE_SIZE_OF = {"fid_inception": "n_inception", "kid_inception": "n_inception"}
+"""Columns whose value moves with the number of images scored (FID falls with n): two rows compare on them only
+at the same n."""
 
 
 def versus(default: list[dict], reference: list[dict], columns: tuple[str, ...] = VERSUS_COLUMNS,
            pair: str = "mean") -> list[dict]:
     """Each method in both tables, side by side on ``pair``'s row: per column both values with their intervals
     and ``<column>_apart`` True when the two 95 % intervals do not overlap (a difference beyond the intervals;
-    None when either value or interval is missing)."""
+    None when either value or interval is missing, or when the column moves with n and the two n differ)."""
     by_method = {row["method"]: row for row in reference if row["pair"] == pair}
     rows = []
     for mine in (row for row in default if row["pair"] == pair and row["method"] in by_method):
@@ -169,7 +172,9 @@ def versus(default: list[dict], reference: list[dict], columns: tuple[str, ...] 
             out[f"{column}_default"], out[f"{column}_reference"] = mine.get(column), theirs.get(column)
             out[f"{column}_default_ci"] = _interval(mine, column)
             out[f"{column}_reference_ci"] = _interval(theirs, column)
-            out[f"{column}_apart"] = None if None in ends else ends[1] < ends[2] or ends[3] < ends[0]
+            n = SAMPLE_SIZE_OF.get(column)
+            same_n = n is None or mine.get(n) == theirs.get(n)
+            out[f"{column}_apart"] = None if None in ends or not same_n else ends[1] < ends[2] or ends[3] < ends[0]
         rows.append(out)
     return rows
 
@@ -190,4 +195,5 @@ def versus_markdown(rows: list[dict], columns: tuple[str, ...] = VERSUS_COLUMNS)
                 text = f"{_cell(row[f'{column}_{profile}'], 3)} {row[f'{column}_{profile}_ci']}".strip()
                 cells.append(f"**{text}**" if row[f"{column}_apart"] else text)
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\nBold: the two 95 % intervals do not overlap.\n"
+    return ("\n".join(lines) + "\n\nBold: the two 95 % intervals do not overlap. Inception FID is compared only "
+            "where both profiles scored the same number of counterfactuals (FID falls with n).\n")
