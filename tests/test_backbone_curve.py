@@ -132,3 +132,15 @@ def test_the_denoisers_curve_resumes_to_the_same_weights_and_scores_per_class(tm
     header = (tmp_path / "r1" / "backbones" / "ldm_unet_curve.csv").read_text().splitlines()[0]
     assert header.endswith("sample_accuracy,ldce_validity")
     assert whole.figure().stat().st_size > 5_000, "the denoiser's figure draws its own decoded samples"
+
+    def changed(unet: torch.nn.Module) -> dict:  # the measure changed: every point is measured again
+        return {"ldce_im1": 0.9, "ldce_im1_lo": 0.8, "ldce_im1_hi": 1.0}
+
+    again = DenoiserCurveRun(tmp_path / "whole", config, results_dir=tmp_path / "r1", extra=changed)
+    again.rescore_extra(log=lambda message: None)
+    assert [sorted(k for k in p if k.startswith("ldce_")) for p in again.curve] == [
+        ["ldce_im1", "ldce_im1_hi", "ldce_im1_lo"]] * 2, "the old measure's columns are gone"
+    reread = DenoiserCurveRun(tmp_path / "whole", config, results_dir=tmp_path / "r1")
+    assert reread.curve[-1]["ldce_im1"] == 0.9 and reread.curve[-1]["fid"] == point["fid"]
+    with pytest.raises(InputError, match="needs the extra measure"):
+        reread.rescore_extra()

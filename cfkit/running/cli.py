@@ -167,6 +167,13 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
                                      samples=500 if args.samples is None else args.samples)
         run = DenoiserCurveRun(args.dir, config, device=args.device,
                                extra=partial(ldce_with_denoiser, n_queries=args.ldce_queries))
+    if args.rescore_extra:
+        if args.name != "ldm_unet":
+            raise ParameterError("--rescore-extra: only ldm_unet's curve has an extra measure (LDCE).")
+        run.rescore_extra()
+        if run.curve:
+            run.figure()
+        return
     done = run.run(load("features", device=run.device), minutes=args.minutes)
     if run.curve:
         run.figure()
@@ -348,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--register-into", default=None, metavar="DIR",
                    help="once converged, register the model into this zoo folder (data/checkpoints ships it)")
+    p.add_argument("--rescore-extra", action="store_true",
+                   help="ldm_unet: measure LDCE again on every curve point's saved snapshot (after its measure "
+                        "changed), then stop")
     p.set_defaults(func=_cmd_backbone)
 
     p = sub.add_parser("reproduce", help="run every notebook at full size and write results/")

@@ -38,6 +38,8 @@ CURVE_DIR = "backbones"
 """In results/ and runs/: each backbone's curve (``<name>_curve.csv``) and its training folder."""
 STATE_FILE = "state.pt"
 CURVE_COLUMNS = ("epoch", "steps", "seconds", "fid", "fid_lo", "fid_hi", "moved", "converged", "device")
+OWN_SCORES = {"sample_accuracy"}
+"""What the denoiser's curve scores itself beside FID; any other column is its ``extra`` measure's."""
 
 
 @dataclass(frozen=True)
@@ -387,3 +389,22 @@ class DenoiserCurveRun(CurveRun):
         scored = {"fid": round(point, 4), "fid_lo": round(low, 4), "fid_hi": round(high, 4),
                   "sample_accuracy": round(accuracy, 4)}
         return {**scored, **(self.extra(unet) if self.extra is not None else {})}
+
+    def rescore_extra(self, log: Callable[[str], None] = print) -> None:
+        """Measure ``extra`` again on every curve point's saved snapshot (``epoch_<n>.pt``), replacing what an
+        earlier measure wrote there, and rewrite the curve: for when the measure itself changed."""
+        from ..zoo.diffusion import LatentUNet
+
+        if self.extra is None:
+            raise InputError("rescore_extra needs the extra measure: give DenoiserCurveRun(extra=...).")
+        for point in self.curve:
+            unet = LatentUNet().to(self.device)
+            unet.load_state_dict(torch.load(self.directory / f"epoch_{point['epoch']}.pt", map_location=self.device,
+                                            weights_only=True))
+            for key in set(point) - set(CURVE_COLUMNS) - OWN_SCORES:
+                del point[key]
+            point.update(self.extra(unet.eval()))
+            log(f"{self.name}: epoch {point['epoch']} rescored: "
+                + ", ".join(f"{k} {v}" for k, v in point.items() if k not in CURVE_COLUMNS and k not in OWN_SCORES))
+        self._save()
+        self._write_curve()

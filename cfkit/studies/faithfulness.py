@@ -282,13 +282,14 @@ def train_with_curve(family: str, pairs: Iterable[tuple[int, int]], directory: s
 
 def ldce_with_denoiser(unet: nn.Module, n_queries: int = 100, pairs: str | Iterable = PAIRS,
                        models: MetricModels | None = None) -> dict[str, float]:
-    """LDCE at the table's setting with another denoiser (a training snapshot), on the study subset: the mean
-    row's IM1, kit-FID and validity, for a backbone's curve (``cfkit backbone ldm_unet``)."""
-    method = LDCE(load("classifier"), LDCE_KIT, unet=unet)
-    (mean,) = [r for r in compare_settings({"snapshot": method}, pairs, n_queries, models, queries=study_queries)
-               if r["pair"] == "mean"]
-    return {"ldce_im1": round(mean["im1"], 4), "ldce_fid": round(mean["fid"], 4),
-            "ldce_validity": round(mean["validity"], 4)}
+    """LDCE at the table's setting (:class:`cfkit.methods.ldce.LDCEConfig`'s defaults) with another denoiser (a
+    training snapshot), on the study subset: the mean row's IM1, kit-FID and validity with their 95 % intervals,
+    for a backbone's curve (``cfkit backbone ldm_unet``)."""
+    method = LDCE(load("classifier"), LDCEConfig(), unet=unet)
+    (mean,) = [r for r in compare_settings({"snapshot": method}, pairs, n_queries, models, queries=study_queries,
+                                           intervals=True) if r["pair"] == "mean"]
+    return {f"ldce_{metric}{end}": round(mean[f"{metric}{end}"], 4)
+            for metric in ("im1", "fid", "validity") for end in ("", "_lo", "_hi")}
 
 
 def _c3lt_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
