@@ -148,3 +148,8 @@ def test_other_subcommands_refuse_bad_values_in_one_line_before_any_work(argv, m
     assert cli.main(argv) == 2
     assert message in one_error_line(capsys)
     assert list(tmp_path.iterdir()) == [], "nothing written before the refusal"
+
+
+def test_rescoring_a_curve_without_an_extra_measure_is_one_line(capsys) -> None:
+    assert cli.main(["backbone", "dcgan_reference", "--rescore-extra"]) == 2
+    assert "only ldm_unet's curve has an extra measure" in one_error_line(capsys)

@@ -155,6 +155,8 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
     from ..studies.curve import DenoiserCurveConfig, DenoiserCurveRun, GANCurveConfig, GANCurveRun
     from ..zoo.checkpoints import load
 
+    if args.rescore_extra and args.name != "ldm_unet":
+        raise ParameterError("--rescore-extra: only ldm_unet's curve has an extra measure (LDCE).")
     ensure_mnist(verbose=False)
     if args.name == "dcgan_reference":
         config = GANCurveConfig(max_epochs=100 if args.max_epochs is None else args.max_epochs,
@@ -168,8 +170,6 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
         run = DenoiserCurveRun(args.dir, config, device=args.device,
                                extra=partial(ldce_with_denoiser, n_queries=args.ldce_queries))
     if args.rescore_extra:
-        if args.name != "ldm_unet":
-            raise ParameterError("--rescore-extra: only ldm_unet's curve has an extra measure (LDCE).")
         run.rescore_extra()
         if run.curve:
             run.figure()
