@@ -144,3 +144,22 @@ def test_the_denoisers_curve_resumes_to_the_same_weights_and_scores_per_class(tm
     assert reread.curve[-1]["ldce_im1"] == 0.9 and reread.curve[-1]["fid"] == point["fid"]
     with pytest.raises(InputError, match="needs the extra measure"):
         reread.rescore_extra()
+
+
+def test_ldce_on_a_denoiser_snapshot_runs_at_the_tables_setting_with_intervals(monkeypatch) -> None:
+    """The curve's LDCE column is the table's LDCE (LDCEConfig's defaults) with the snapshot's denoiser."""
+    from cfkit.methods import ldce
+    from cfkit.studies import faithfulness
+
+    built = []
+    real = ldce.LDCE
+
+    def spy(classifier, config, **kwargs):
+        built.append(config)
+        return real(classifier, config, **kwargs)
+
+    monkeypatch.setattr(faithfulness, "LDCE", spy)
+    scores = faithfulness.ldce_with_denoiser(load("ldm_unet"), n_queries=3, pairs="4->9")
+    assert built == [ldce.LDCEConfig()], "the table's setting, not LDCE_KIT"
+    for metric in ("im1", "fid", "validity"):
+        assert scores[f"ldce_{metric}_lo"] <= scores[f"ldce_{metric}"] <= scores[f"ldce_{metric}_hi"]
