@@ -419,7 +419,7 @@ def reproduce(
                     wait(running)
                     raise future.exception()
     share.unlink(missing_ok=True)
-    scored = (runs_dir / SCORING_NOTEBOOK / RECORD_FILE).is_file()
+    scored = SCORING_NOTEBOOK in notebooks  # a piece without it must not collect an earlier run's table
     if scored:
         table = collect_table(runs_dir, results_dir=results_dir)
         if profile == "reference" and (RESULTS_DIR / "table.csv").is_file():

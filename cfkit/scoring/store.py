@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -44,6 +44,8 @@ class CounterfactualSet:
     valid: torch.Tensor
     seconds: float | None
     classifier: str  # SHA-256 of the explained classifier's weights (cfkit.common.fingerprint)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # the method's per-image extras
+    run_key: str | None = None  # what made the set (:func:`run_key`); None in sets from before keys were kept
 
     @property
     def pair_name(self) -> str:
@@ -103,18 +105,16 @@ def reusable_result(path: str | Path, key: str, query: torch.Tensor) -> Result |
     """The saved set at ``path`` as a :class:`Result` when it was made under ``key`` for these ``query`` indices
     (a resumed run takes it instead of explaining again), else None: no file, another key, other queries, or a
     set from before run keys were recorded."""
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         return None
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # an unreadable set is made again, never trusted
+        saved = load_counterfactuals(path)
+    except InputError:  # an unreadable set is made again, never trusted
         return None
-    if payload.get("run_key") != key or not torch.equal(payload["query"], query.cpu()):
+    if saved.run_key != key or not torch.equal(saved.query, query.cpu()):
         return None
-    seconds = float(payload["seconds"])
-    return Result(x=payload["x"], x_cf=payload["x_cf"], source=payload["source"], target=payload["target"],
-                  valid=payload["valid"], seconds=seconds, extras=dict(payload.get("extras", {})))
+    return Result(x=saved.x, x_cf=saved.x_cf, source=saved.source, target=saved.target, valid=saved.valid,
+                  seconds=float("nan") if saved.seconds is None else saved.seconds, extras=saved.extras)
 
 
 def _own(tensor: torch.Tensor) -> torch.Tensor:
@@ -136,6 +136,7 @@ def load_counterfactuals(path: str | Path) -> CounterfactualSet:
         method=payload["method"], pair=tuple(payload["pair"].tolist()), query=payload["query"], x=payload["x"],
         x_cf=payload["x_cf"], source=payload["source"], target=payload["target"], valid=payload["valid"],
         seconds=None if math.isnan(seconds) else seconds, classifier=payload["classifier"],
+        extras=dict(payload.get("extras", {})), run_key=payload.get("run_key"),
     )
 
 

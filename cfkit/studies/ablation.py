@@ -7,6 +7,7 @@ writes ``ldce_ablation.json`` beside the notebook's other outputs, which is what
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,6 @@ def save_ablation(rows: list[dict], out_dir: str | Path, parameters: dict[str, A
 
 def recorded_ablation(path: str | Path = RECORDED) -> dict[str, Any] | None:
     """The recorded ablation (``{"parameters", "rows"}``), or None when there is none at ``path``."""
-    import json
-
     path = Path(path)
     if not path.is_file():
         return None
