@@ -186,6 +186,11 @@ def test_a_piece_without_the_scoring_notebook_keeps_its_sets_and_says_how_the_ta
     assert cli.main(["reproduce", "--notebooks", "10_metrics", *tiny]) == 0
     rows = [line.split(",")[:2] for line in (results / "table.csv").read_text().splitlines()]
     assert ["adv_attack", "4->9"] in rows and ["original_data", "4->9"] in rows
+    from cfkit.scoring.store import load_counterfactuals
+    cost = json.loads((results / "reproduce.json").read_text())["cost"]  # the whole reproduction's, both pieces
+    made = load_counterfactuals(runs / "01_adversarial" / "cfs_adv_attack_4to9.pt").seconds
+    assert cost["01_adversarial"]["method"] == round(made, 1) and cost["01_adversarial"]["devices"]["method"]
+    assert set(cost) == {"01_adversarial", "10_metrics"} and cost["10_metrics"]["metrics"] > 0
 
 
 def test_the_ldce_ablation_is_shown_as_recorded_and_a_bad_record_says_how_to_regenerate_it(tmp_path) -> None:

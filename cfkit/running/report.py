@@ -10,8 +10,9 @@ from ..methods import catalog
 from ..paths import RESULTS_DIR, RUNS_DIR, atomic_write_text
 from ..scoring import plots
 from ..scoring.evaluation import gallery
+from ..scoring.store import find_counterfactuals, load_counterfactuals
 from ..scoring.table import read_csv, to_markdown, versus, versus_markdown, write_table
-from .run import read_record
+from .run import RECORD_FILE, read_record
 
 COMPARISON_COLUMNS = ("metric", "pair", "a", "b", "difference", "lo", "hi", "p_value", "significant")
 
@@ -52,3 +53,22 @@ def write_versus(default_csv: str | Path, results_dir: str | Path) -> Path:
     in the table just written to ``results_dir``, bold where their 95 % intervals do not overlap."""
     rows = versus(read_csv(default_csv), read_csv(Path(results_dir) / "table.csv"))
     return atomic_write_text(Path(results_dir) / VERSUS_FILE, versus_markdown(rows))
+
+
+def reproduction_cost(runs_dir: str | Path, notebooks: list[str]) -> dict[str, dict]:
+    """What each of ``notebooks`` cost, from what it left under ``runs_dir``, whichever run made it: the method's
+    seconds summed over its saved sets (so a pair reused by a resumed run still counts the run that made it), its
+    Inception and metric phases from its record, and the devices they ran on. A reproduction run in pieces thus
+    still records the whole profile's cost."""
+    cost = {}
+    for notebook in notebooks:
+        folder = Path(runs_dir) / notebook
+        if not (folder / RECORD_FILE).is_file():
+            continue
+        record = read_record(folder)
+        phases = {name: record.get("phases", {}).get(name) for name in ("inception", "metrics")}
+        made = [load_counterfactuals(path).seconds for path in find_counterfactuals(folder)]
+        method = round(sum(s for s in made if s is not None), 1) if made else record.get("phases", {}).get("method")
+        entry = {"method": method, **phases}
+        cost[notebook] = {**{k: v for k, v in entry.items() if v is not None}, "devices": record.get("devices", {})}
+    return cost

@@ -33,7 +33,7 @@ from ..zoo.classifiers import fingerprint, load_classifier
 from ..zoo.inception import inception_extractor
 from .compute import conv_peak_gflops
 from .parameter_values import check_values
-from .report import collect_table, write_versus
+from .report import collect_table, reproduction_cost, write_versus
 from .run import (RECORD_FILE, check_parameters, child_command, literal_defaults, notebook_parameters, read_record,
                   run_notebook)
 
@@ -429,6 +429,7 @@ def reproduce(
                  f"--notebooks ... {SCORING_NOTEBOOK} (the sets already made are kept)")
     total = round(time.perf_counter() - start, 1)
     speed["end"] = host_speed()
+    cost = reproduction_cost(runs_dir, list(dict.fromkeys([*reproduce_order(), *notebooks])))  # all pieces
     atomic_write_json(results_dir / REPRODUCE_RECORD, {
         "seconds": total, "notebooks": seconds, "profile": phases, "devices": devices, "settings": profile,
         "full_size": full_size, "resumed": resume,
@@ -436,6 +437,8 @@ def reproduce(
         "classifier": classifier or DEFAULT_CLASSIFIER,
         "torch_threads": threads if jobs > 1 else None, "machine": machine(),
         "conv_gflops_one_thread": speed,
+        "cost": cost,
+        "cost_seconds": round(sum(v for c in cost.values() for k, v in c.items() if k != "devices"), 1),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     })
     say(f"{'table, figures and ' if scored else ''}{REPRODUCE_RECORD} written to {results_dir}")
