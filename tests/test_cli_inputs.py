@@ -129,6 +129,7 @@ def test_max_errors_beyond_the_classifiers_errors_fails_in_the_kernel_in_one_lin
     (["train", "classifier", "--epochs", "0"], "epochs must be an int >= 1 (or None: the spec's"),
     (["train", "c3lt", "--pair", "4", "12"], "target class must be a digit 0-9, got 12"),
     (["train", "c3lt", "--pair", "4", "4"], "pair 4->4: the target class must differ from the query class"),
+    (["train", "classifier", "--device", "cuda:7"], "device 'cuda:7' is not available here"),
     (["rank-stability", "-j", "0"], "jobs must be an int >= 1 (autoencoders retrained at once), got 0"),
     (["faithfulness", "--methods", "cem", "--cem-budgets", "200,x"],
      "--cem-budgets takes comma-separated whole numbers above 0 (e.g. '50,200,1000'), got '200,x'"),

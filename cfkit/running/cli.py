@@ -41,7 +41,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         raise CfkitError("--classifier-state goes with --classifier package.module:factory.")
     for name in targets:
         entry = checkpoints.train(name, directory=args.out, epochs=args.epochs, classifier=classifier,
-                                  classifier_spec=args.classifier)
+                                  classifier_spec=args.classifier, device=args.device)
         print(f"{name}: {entry['quality']} in {entry['seconds']} s -> {entry['file']} ({entry['sha256'][:12]}…)")
 
 
@@ -260,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--classifier-state", default=None, help="the state dict of a package.module:factory classifier")
     p.add_argument("--out", default=None, help="folder for the trained models and their manifest (default: the "
                                                "shipped zoo, data/checkpoints)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where to train (the quality figure is measured on "
+                                                   "the CPU; the manifest records the device)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("run", help="run a notebook headless with papermill")
