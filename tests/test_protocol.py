@@ -77,6 +77,23 @@ def test_reproduce_runs_the_protocol_with_given_values_over_it_and_copies_each_e
     assert json.loads((results / "reproduce.json").read_text())["full_size"] is True
 
 
+def test_reproduce_refuses_a_side_run_in_its_runs_folder_before_any_notebook(fake_runs, tmp_path) -> None:
+    """A set that no notebook of the reproduction writes where it lies would reach the table as a second row."""
+    from cfkit.errors import InputError
+    from cfkit.methods.base import Result
+    from cfkit.scoring.store import save_counterfactuals
+
+    runs, results, x = tmp_path / "runs", tmp_path / "results", torch.rand(2, 1, 28, 28)
+    result = Result(x=x, x_cf=x, source=torch.full((2,), 3), target=torch.full((2,), 8),
+                    valid=torch.ones(2, dtype=torch.bool), seconds=1.0)
+    save_counterfactuals(runs / "ref_cem_38", "cem", (3, 8), torch.arange(2), result, "0" * 64)
+    with pytest.raises(InputError, match="1 counterfactual set.* that no notebook of the reproduction writes there"):
+        reproduce.reproduce(runs_dir=runs, results_dir=results, notebooks=("02_cem", "10_metrics"))
+    assert fake_runs == [] and not results.exists()
+    reproduce.reproduce(runs_dir=runs, results_dir=results, notebooks=("02_cem",))  # a piece that scores nothing
+    assert [name for name, _ in fake_runs] == ["02_cem"]
+
+
 def test_reproduce_resume_tells_each_method_notebook_and_stays_full_size(fake_runs, tmp_path) -> None:
     """--resume changes no result, so the run still counts as full size; its record says it resumed (its seconds
     leave the reused pairs out)."""

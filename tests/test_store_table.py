@@ -7,7 +7,7 @@ import torch
 from cfkit.errors import InputError
 from cfkit.methods.base import Result
 from cfkit.scoring.columns import header as table_header
-from cfkit.scoring.store import find_counterfactuals, load_counterfactuals, save_counterfactuals
+from cfkit.scoring.store import find_counterfactuals, load_counterfactuals, save_counterfactuals, stray_sets
 from cfkit.scoring.table import read_csv, write_table
 from cfkit.zoo.checkpoints import load
 from cfkit.zoo.classifiers import fingerprint
@@ -36,6 +36,20 @@ def test_roundtrip_and_discovery(tmp_path) -> None:
     assert torch.equal(loaded.x_cf, result.x_cf) and loaded.seconds == 1.5
     assert load_counterfactuals(paths[0]).seconds is None
     assert not list(tmp_path.rglob("*.tmp")), "atomic writes leave no temporary files"
+
+
+def test_a_side_run_left_in_the_runs_folder_is_found_and_never_scored_as_a_second_row(tmp_path) -> None:
+    """`cfkit run 02_cem --out runs/try` leaves a second CEM set for a pair under runs/: scoring the folder must
+    not put both in the table, and a reproduction must see it before it spends its minutes."""
+    save_counterfactuals(tmp_path / "02_cem", "cem", (3, 8), torch.arange(3), _result(), ZOO)
+    save_counterfactuals(tmp_path / "10_metrics", "original_data", (3, 8), torch.arange(3), _result(), ZOO)
+    save_counterfactuals(tmp_path, "cve", (3, 8), torch.arange(3), _result(), ZOO)  # at the top: a folder's own
+    assert stray_sets(tmp_path) == [] and len(find_counterfactuals(tmp_path)) == 3
+    save_counterfactuals(tmp_path / "try", "cem", (3, 8), torch.arange(3), _result(), ZOO)
+    assert stray_sets(tmp_path) == [tmp_path / "try" / "cfs_cem_3to8.pt"]
+    with pytest.raises(InputError, match="two sets of cem for one pair") as error:
+        find_counterfactuals(tmp_path)
+    assert str(tmp_path / "02_cem" / "cfs_cem_3to8.pt") in str(error.value) and "--out DIR" in str(error.value)
 
 
 def test_unknown_method_and_bad_file(tmp_path) -> None:

@@ -23,10 +23,11 @@ import torch
 from ..common.profiling import notebook_profile
 from ..common.threads import SHARE_VAR, cores, thread_limits, threads_per_job, write_share
 from ..data import PAIRS, ensure_mnist
-from ..errors import NotebookFailedError, ParameterError
+from ..errors import InputError, NotebookFailedError, ParameterError
 from ..methods import catalog
 from ..paths import RESULTS_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_json
 from ..scoring.pairs import inception_references
+from ..scoring.store import stray_sets
 from ..zoo.checkpoints import load, names
 from ..zoo.classifiers import DEFAULT as DEFAULT_CLASSIFIER
 from ..zoo.classifiers import fingerprint, load_classifier
@@ -352,6 +353,12 @@ def reproduce(
         if notebook in notebooks:
             parameters[notebook] = {"runs_dir": str(runs_dir.resolve()), **parameters.get(notebook, {})}
     check_reproduction(parameters)
+    if SCORING_NOTEBOOK in notebooks and (strays := stray_sets(runs_dir)):
+        raise InputError(f"{len(strays)} counterfactual set(s) under {runs_dir} that no notebook of the "
+                         f"reproduction writes there ({', '.join(str(p) for p in strays[:3])}"
+                         f"{', …' if len(strays) > 3 else ''}): {SCORING_NOTEBOOK} would score them into the table "
+                         f"beside the protocol's. Move their folders out of {runs_dir} (side runs belong elsewhere: "
+                         "`cfkit run NOTEBOOK --out DIR`), then run this again.")
     threads: dict[str, int] = {}
     start = time.perf_counter()
 

@@ -140,9 +140,25 @@ def load_counterfactuals(path: str | Path) -> CounterfactualSet:
     )
 
 
+def _set_paths(runs_dir: str | Path) -> list[Path]:
+    return sorted(Path(runs_dir).glob(f"*/{PREFIX}*.pt")) + sorted(Path(runs_dir).glob(f"{PREFIX}*.pt"))
+
+
+def _set_method(path: Path) -> str:
+    return path.stem[len(PREFIX):].rsplit("_", 1)[0]
+
+
 def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
-    """Every counterfactual set under ``runs_dir`` (one level of notebook folders deep), in table order."""
-    paths = sorted(Path(runs_dir).glob(f"*/{PREFIX}*.pt")) + sorted(Path(runs_dir).glob(f"{PREFIX}*.pt"))
+    """Every counterfactual set under ``runs_dir`` (one level of notebook folders deep), in table order. Two sets
+    of one method and pair are an error, never a silent extra row: the table scores one set of each."""
+    paths = _set_paths(runs_dir)
+    first: dict[str, Path] = {}
+    for path in paths:
+        if (other := first.setdefault(path.name, path)) != path:
+            raise InputError(f"two sets of {_set_method(path)} for one pair under {runs_dir}: {other} and {path}. "
+                             f"The table scores one set a method and pair: move the one that is not the protocol's "
+                             f"out of {runs_dir} (a side run writes elsewhere: `cfkit run NOTEBOOK --out DIR` with "
+                             "DIR outside it).")
 
     def key(p: Path) -> tuple[int, int, str]:
         method, pair = p.stem[len(PREFIX):].rsplit("_", 1)
@@ -152,6 +168,14 @@ def find_counterfactuals(runs_dir: str | Path) -> list[Path]:
                 pair_order.index(pair) if pair in pair_order else len(pair_order), p.name)
 
     return sorted(paths, key=key)
+
+
+def stray_sets(runs_dir: str | Path) -> list[Path]:
+    """Sets under ``runs_dir`` outside their method's notebook folder (and not at its top): a side run that
+    scoring the folder would put in the table beside the protocol's set, found before hours are spent."""
+    writers = catalog.notebooks()
+    return [path for path in _set_paths(runs_dir) if path.parent != Path(runs_dir)
+            and path.parent.name != writers.get(_set_method(path))]
 
 
 def saved_sets(runs_dir: str | Path, methods: Iterable[str], pairs: Iterable[tuple[int, int]]
