@@ -22,7 +22,10 @@ def _cmd_data(args: argparse.Namespace) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
     from ..data import ensure_mnist
+    from ..paths import RUNS_DIR
     from ..zoo import checkpoints
 
     targets = checkpoints.names() if args.all else _expand_pair_families(args.names, args.pair)
@@ -39,9 +42,17 @@ def _cmd_train(args: argparse.Namespace) -> None:
         classifier = load_classifier(args.classifier, args.classifier_state)
     elif args.classifier_state is not None:
         raise CfkitError("--classifier-state goes with --classifier package.module:factory.")
+    pieces = args.minutes is not None or args.snapshots is not None
+    started = time.perf_counter()
     for name in targets:
+        left = None if args.minutes is None else max(0.0, args.minutes - (time.perf_counter() - started) / 60)
         entry = checkpoints.train(name, directory=args.out, epochs=args.epochs, classifier=classifier,
-                                  classifier_spec=args.classifier, device=args.device)
+                                  classifier_spec=args.classifier, device=args.device, minutes=left,
+                                  snapshot_dir=(Path(args.snapshots or RUNS_DIR / "train") / name) if pieces else None)
+        if entry.get("paused"):
+            print(f"{name}: paused at step {entry['step']} of {entry['total']} ({entry['snapshot']}); run the same "
+                  "command again to go on")
+            return
         print(f"{name}: {entry['quality']} in {entry['seconds']} s -> {entry['file']} ({entry['sha256'][:12]}…)")
 
 
@@ -262,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                "shipped zoo, data/checkpoints)")
     p.add_argument("--device", default="cpu", help="cpu or cuda: where to train (the quality figure is measured on "
                                                    "the CPU; the manifest records the device)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="train in pieces: pause after about this many minutes with the state saved; the same command "
+                        "again goes on (C3LT's maps and the encoders; hours-long runs on a CPU)")
+    p.add_argument("--snapshots", default=None,
+                   help="folder of the resumable states (default runs/train/<name>): given alone, the training saves them "
+                        "every 5 minutes and a run killed midway goes on from there when started again")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("run", help="run a notebook headless with papermill")

@@ -8,6 +8,7 @@ the hash and uses ``weights_only=True``.
 """
 from __future__ import annotations
 
+import inspect
 import io
 import itertools
 import platform
@@ -26,12 +27,13 @@ from ..common.fingerprint import fingerprint
 from ..common.validate import check_pair
 from ..data import PAIRS, sha256_file
 from ..errors import CheckpointError, InputError, QualityError
-from ..paths import CHECKPOINT_DIR, atomic_write_bytes, atomic_write_json
+from ..paths import CHECKPOINT_DIR, RUNS_DIR, atomic_write_bytes, atomic_write_json
 from . import explaingan, latent_maps, reference_gan
 from .diffusion import LatentUNet, LatentVAE, denoiser_sample_accuracy, fit_denoiser, fit_vae, vae_reconstruction_mse
 from .gan import DCGAN, Encoder, encoder_reconstruction_mse, fit_dcgan, fit_encoder, sample_fid
 from .nets import AllClassAutoencoder, ClassAutoencoder, Classifier, FeatureNet, Oracle
 from .reference_gan import ReferenceDCGAN
+from .snapshots import SNAPSHOT_FILE, StepSnapshots, TrainingPaused
 from .spec import ModelSpec, pair_name
 from .training import TrainConfig, accuracy_on_test, fit_autoencoder, fit_classifier, reconstruction_mse_on_test
 
@@ -283,6 +285,8 @@ def train(
     on_step: Callable[[nn.Module, int], None] | None = None,
     classifier: nn.Module | None = None,
     classifier_spec: str | None = None,
+    minutes: float | None = None,
+    snapshot_dir: str | Path | None = None,
 ) -> dict:
     """Train ``name`` from its seed, check its quality, save it and its manifest entry atomically.
 
@@ -291,6 +295,11 @@ def train(
     every optimiser step (training curves; C3LT and ExpGAN only). ``classifier``: train against this model
     instead of the shipped classifier (a per-pair model for another classifier; ``classifier_spec`` is how the
     command names it), into a ``directory`` of the caller's, never the shipped zoo's.
+
+    ``minutes`` or ``snapshot_dir``: train in pieces (the fits that take ``snapshots``: C3LT's maps and the
+    encoders). The state is saved in ``snapshot_dir`` (default ``runs/train/<name>``) as the fit goes; once
+    ``minutes`` have passed it pauses and this returns ``{"paused": True, "step": …, "total": …}``; the same
+    call again goes on from there, to the weights an uninterrupted run gives.
     """
     spec = get_spec(name)
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
@@ -298,6 +307,7 @@ def train(
     overrides = {"device": str(resolve_device(device)), **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
     _check_classifier_override(spec, classifier, directory)
+    snapshots = _snapshots(spec, config, max_steps, minutes, snapshot_dir, on_step, classifier)
     directory = Path(directory or CHECKPOINT_DIR)
     needed = load_needs(spec, device)  # before seeding: building them draws on torch's generator
     if classifier is not None:
@@ -305,12 +315,15 @@ def train(
     torch.manual_seed(config.seed)
     model = spec.build()
     start = time.perf_counter()
-    hooks = {}
+    hooks: dict = {} if snapshots is None else {"snapshots": snapshots}
     if on_step is not None:
         counter = itertools.count(1)
         hooks["after_step"] = lambda: on_step(model, next(counter))
-    steps = spec.fit(model, config, needed, max_steps=max_steps, progress=progress, desc=name, **hooks)
-    seconds = time.perf_counter() - start
+    try:
+        steps = spec.fit(model, config, needed, max_steps=max_steps, progress=progress, desc=name, **hooks)
+    except TrainingPaused as paused:
+        return {"paused": True, "step": paused.step, "total": paused.total, "snapshot": str(paused.path)}
+    seconds = snapshots.seconds() if snapshots is not None else time.perf_counter() - start
     model.to("cpu").eval()
     config = TrainConfig(**{**asdict(config), "device": "cpu"})
     measured_with = load_needs(spec)
@@ -322,8 +335,35 @@ def train(
         command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"
     command += f" (max_steps={max_steps})" if max_steps is not None else ""
     classifier_used = measured_with.get(SHIPPED_CLASSIFIER) if SHIPPED_CLASSIFIER in spec.needs else None
-    return register(spec, model, directory, command, config.seed, config.epochs, steps, seconds, quality, device,
-                    check_quality=check_quality, classifier=classifier_used)
+    entry = register(spec, model, directory, command, config.seed, config.epochs, steps, seconds, quality, device,
+                     check_quality=check_quality, classifier=classifier_used)
+    if snapshots is not None:
+        snapshots.finish()
+    return entry
+
+
+def resumable(name: str) -> bool:
+    """Whether ``name``'s fit can train in pieces (takes ``snapshots``: C3LT's maps, the encoders)."""
+    return "snapshots" in inspect.signature(get_spec(name).fit).parameters
+
+
+def _snapshots(spec: ModelSpec, config: TrainConfig, max_steps: int | None, minutes: float | None,
+               snapshot_dir: str | Path | None, on_step: Callable | None, classifier: nn.Module | None
+               ) -> StepSnapshots | None:
+    """The resumable state of a training in pieces, or None when it runs in one go; what cannot be is refused."""
+    if minutes is None and snapshot_dir is None:
+        return None
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes < 0):
+        raise InputError(f"minutes must be a number >= 0 (the budget of this piece), got {minutes!r}.")
+    if not resumable(spec.name):
+        pieces = ", ".join([n for n in SPECS if resumable(n) and parse_pair_name(n) is None] +
+                           [f"{f}_<q>_<t>" for f in PAIR_FAMILIES if resumable(pair_name(f, PAIRS[0]))])
+        raise InputError(f"{spec.name} trains in one go (its fit does not save snapshots); training in pieces "
+                         f"(minutes, snapshot_dir) is for {pieces}.")
+    if on_step is not None or classifier is not None:
+        raise InputError("training in pieces goes with neither on_step nor another classifier; train those in one go.")
+    key = {"name": spec.name, "config": asdict(config), "max_steps": max_steps}
+    return StepSnapshots(Path(snapshot_dir or RUNS_DIR / "train" / spec.name) / SNAPSHOT_FILE, key, minutes)
 
 
 def register(spec: ModelSpec, model: nn.Module, directory: str | Path, command: str, seed: int, epochs: int,

@@ -15,6 +15,7 @@ from torch import nn
 from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .losses import critic_loss, looks_real
+from .snapshots import StepSnapshots
 from .training import Needed, TrainConfig, batches, fit_loop
 
 LATENT_DIM = 100
@@ -115,7 +116,7 @@ def fit_dcgan(model: DCGAN, config: TrainConfig, _: Needed, max_steps: int | Non
 
 
 def fit_encoder(model: Encoder, config: TrainConfig, needed: Needed, max_steps: int | None = None,
-                progress: bool = True, desc: str = "") -> int:
+                progress: bool = True, desc: str = "", snapshots: StepSnapshots | None = None) -> int:
     """Train E against the frozen ``needed["dcgan"]``'s G: ‖G(E(x)) − x‖² + 0.1·‖E(G(z)) − z‖²; return steps taken."""
     generator = needed["dcgan"].generator.eval()
 
@@ -125,7 +126,7 @@ def fit_encoder(model: Encoder, config: TrainConfig, needed: Needed, max_steps: 
             fake = generator(z)
         return F.mse_loss(generator(encoder(real)), real) + 0.1 * F.mse_loss(encoder(fake), z)
 
-    return fit_loop(model, loss, config, max_steps, progress, desc)
+    return fit_loop(model, loss, config, max_steps, progress, desc, snapshots=snapshots)
 
 
 def sample_fid(model: DCGAN, _: TrainConfig, needed: Needed, n: int = 10_000) -> float:

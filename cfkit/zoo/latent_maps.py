@@ -28,6 +28,7 @@ from ..errors import InputError
 from .gan import LATENT_DIM
 from .losses import binary_entropy, check_weights, difference_mask, looks_real, smoothness, target_nll
 from .spec import ModelSpec, pair_command, pair_name
+from .snapshots import StepSnapshots
 from .training import Needed, TrainConfig, fit_loop
 
 FAMILY = "c3lt"
@@ -166,14 +167,17 @@ REFERENCE_WEIGHTS = C3LTWeights(pixel_scale=2.0)
 
 def fit_c3lt(maps: C3LTMaps, config: TrainConfig, needed: Needed, max_steps: int | None = None,
              progress: bool = True, desc: str = "", weights: C3LTWeights = REFERENCE_WEIGHTS,
-             after_step: Callable[[], None] | None = None, backbone: Backbone = KIT_BACKBONE) -> int:
-    """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs."""
+             after_step: Callable[[], None] | None = None, backbone: Backbone = KIT_BACKBONE,
+             snapshots: StepSnapshots | None = None) -> int:
+    """Adam on g and h together over paired batches, the learning rate halved every ``halve_every`` epochs
+    (``snapshots``: resumable in pieces, :mod:`cfkit.zoo.snapshots`)."""
     frozen = frozen_c3lt_parts(needed, backbone, tuple(maps.pair.tolist()))
 
     def loss(model: nn.Module, x_query: torch.Tensor, x_target: torch.Tensor) -> torch.Tensor:
         return c3lt_loss(model, x_query, x_target, frozen, weights)["total"]
 
-    return fit_loop(maps, loss, config, max_steps, progress, desc, paired=True, after_step=after_step)
+    return fit_loop(maps, loss, config, max_steps, progress, desc, paired=True, after_step=after_step,
+                    snapshots=snapshots)
 
 
 @torch.inference_mode()

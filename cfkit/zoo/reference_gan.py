@@ -16,6 +16,7 @@ from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
 from .gan import GAN, fit_encoder
 from .spec import ModelSpec, pair_command, pair_name
+from .snapshots import StepSnapshots
 from .training import Needed, TrainConfig
 
 LATENT_DIM = 100
@@ -103,10 +104,10 @@ each with its own encoder objective on the pair's two classes, 20 epochs (about 
 
 
 def fit_pair_encoder(model: PairEncoder, config: TrainConfig, needed: Needed, max_steps: int | None = None,
-                     progress: bool = True, desc: str = "") -> int:
+                     progress: bool = True, desc: str = "", snapshots: StepSnapshots | None = None) -> int:
     """E against the frozen reference G on the pair's digits: ‖G(E(x)) − x‖² + 0.1·‖E(G(z)) − z‖² (the kit's
     encoder objective, :func:`cfkit.zoo.gan.fit_encoder`)."""
-    return fit_encoder(model, config, {"dcgan": needed["dcgan_reference"]}, max_steps, progress, desc)
+    return fit_encoder(model, config, {"dcgan": needed["dcgan_reference"]}, max_steps, progress, desc, snapshots)
 
 
 @torch.inference_mode()

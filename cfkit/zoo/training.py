@@ -5,8 +5,10 @@ reconstruction MSE, …); :mod:`cfkit.zoo.checkpoints` refuses to ship a model t
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from tqdm.auto import tqdm
 
 from ..common.batching import INFERENCE_BATCH
 from ..data import load_mnist
+from .snapshots import StepSnapshots
 
 
 @dataclass(frozen=True)
@@ -119,22 +122,29 @@ def fit_loop(
     desc: str,
     paired: bool = False,
     after_step: Callable[[], None] | None = None,
+    snapshots: StepSnapshots | None = None,
 ) -> int:
     """Adam on ``loss_fn(model, a, b)`` over the seeded batches, scheduled by :func:`lr_schedule`; return steps.
 
     ``(a, b)`` are (images, labels), or with ``paired`` a batch of each class of ``config.digits``;
-    ``after_step`` runs after every optimiser step (an EMA update, say).
+    ``after_step`` runs after every optimiser step (an EMA update, say). ``snapshots``: go on from its saved
+    state, save it as the fit goes, pause at its budget (:mod:`cfkit.zoo.snapshots`).
     """
     model.to(config.device)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr)
     if paired:
+        total = pair_steps(config, max_steps)
         stream, schedule = pair_batches(config, max_steps, progress, desc), pair_schedule(optimiser, config, max_steps)
     else:
         total = total_steps(config, max_steps)
         stream = batches(config, max_steps, progress, desc)
         schedule = lr_schedule(optimiser, config, total, total_steps(config, None) // config.epochs)
+    step = snapshots.restore(model, optimiser, schedule) if snapshots is not None else 0
+    if step:  # the seeded stream replayed to the snapshot's step (its batches were trained on before)
+        stream = iter(stream)
+        deque(islice(stream, step), maxlen=0)
+        snapshots.restore_random_state()
     model.train()
-    step = 0
     for a, b in stream:
         loss = loss_fn(model, a, b)
         optimiser.zero_grad(set_to_none=True)
@@ -145,6 +155,8 @@ def fit_loop(
         if after_step is not None:
             after_step()
         step += 1
+        if snapshots is not None:
+            snapshots.after_step(step, total, model, optimiser, schedule)
     model.eval()
     return step
 
