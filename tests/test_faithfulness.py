@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from cfkit.data import load_mnist
-from cfkit.errors import InputError
+from cfkit.errors import CheckpointError, InputError
 from cfkit.methods.c3lt import C3LT
 from cfkit.methods.cem import CEM, CEM_REFERENCE, CEMConfig, hinge_margin
 from cfkit.running import cli
+from cfkit.scoring import plots
 from cfkit.studies import faithfulness
 from cfkit.zoo.checkpoints import load, train
 from cfkit.zoo.explaingan import ExplainGAN, ExplainGANWeights, generator_terms
@@ -241,3 +242,41 @@ def test_merge_adds_a_mean_over_pairs_scored_in_separate_runs(tmp_path) -> None:
 def test_loss_weights_are_range_checked(make, message: str) -> None:
     with pytest.raises(InputError, match=message):
         make()
+
+
+def test_ldce_along_its_denoisers_curve_is_a_budget_axis_of_its_own(tmp_path, capsys) -> None:
+    from cfkit.zoo.diffusion import LatentUNet
+
+    with pytest.raises(InputError, match="no denoiser snapshots.*cfkit backbone ldm_unet"):
+        faithfulness.denoiser_settings(tmp_path)
+    torch.save(load("ldm_unet").state_dict(), tmp_path / "epoch_8.pt")
+    torch.save(LatentUNet().state_dict(), tmp_path / "epoch_1.pt")  # an untrained denoiser: a point of its own
+    settings = faithfulness.denoiser_settings(tmp_path)
+    assert [(s.method, s.setting, s.budget, s.unit) for s in settings] == [
+        ("ldce", "denoiser@1", 1, "denoiser epochs"), ("ldce", "denoiser@8", 8, "denoiser epochs")]
+    csv_path = faithfulness.write_csv([{**_row("cve", "kit", 1.0, 20.0, 0.01), "budget_unit": "cells"},
+                                       {**_row("ldce", "denoiser@8", 9.0, 9.0, 9.0), "budget_unit": "x"}],
+                                      tmp_path / "study.csv")
+    assert cli.main(["faithfulness", "--denoiser-curve", str(tmp_path), "-n", "2", "--pairs", "4->9",
+                     "--csv", str(csv_path)]) == 0
+    rows = faithfulness.read_csv(csv_path)
+    assert [(r["setting"], r["pair"]) for r in rows] == [("kit", "mean"), ("denoiser@1", "4->9"),
+                                                         ("denoiser@1", "mean"), ("denoiser@8", "4->9"),
+                                                         ("denoiser@8", "mean")], "old rows of a setting replaced"
+    trained = next(r for r in rows if r["setting"] == "denoiser@8" and r["pair"] == "mean")
+    assert trained["n"] == 2 and trained["budget_unit"] == "denoiser epochs" and trained["im1"] < 9.0
+    (tmp_path / "epoch_1.pt").write_bytes(b"torn")
+    with pytest.raises(CheckpointError, match="epoch_1.pt is not a readable denoiser snapshot"):
+        faithfulness.denoiser_settings(tmp_path)[0].build(load("classifier"), "cpu")
+
+
+def test_verdicts_and_curves_keep_each_budget_axis_apart() -> None:
+    steps = [{**_row("ldce", s, 0.90, 9.0, t, budget=b), "budget_unit": "denoising steps"}
+             for s, t, b in (("kit", 0.05, 25), ("reference@34", 0.07, 34), ("reference", 0.8, 171))]
+    epochs = [{**_row("ldce", f"denoiser@{e}", 0.90, 9.0, 0.001, budget=e), "budget_unit": "denoiser epochs"}
+              for e in (4, 8, 16)]
+    verdict = faithfulness.verdicts(steps + epochs)[0]
+    assert verdict["cheapest"] == "kit", "a cheaper row on another axis (another backbone) is no setting to pick"
+    figure = plots.budget_curves(steps + epochs)
+    titles = [ax.get_xlabel() for ax in figure.axes[:: len(figure.axes) // 2]]
+    assert titles == ["denoising steps", "denoiser epochs"], "one row of panels a budget axis"

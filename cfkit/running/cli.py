@@ -230,6 +230,11 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         rows = faithfulness.backbone_floor(C3LT.name if args.floor is True else args.floor, pairs, args.n_queries)
         print(f"written to {faithfulness.write_csv(rows, args.csv)}")
         return
+    if args.denoiser_curve:
+        settings = faithfulness.denoiser_settings(None if args.denoiser_curve is True else args.denoiser_curve)
+        rows = faithfulness.run_study(settings, pairs, args.n_queries, device=args.device)
+        print(f"written to {faithfulness.replace_settings(args.csv, rows)} (its other settings kept)")
+        return
     if args.c3lt_ablation:
         pair = faithfulness.parse_pairs(pairs)[0] if args.pairs else (5, 6)
         rows = faithfulness.c3lt_ablation(pair, args.max_steps or 1000, args.n_queries)
@@ -346,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--floor", nargs="?", const=True, default=None, metavar="METHOD",
                    help="instead: a backbone's floor per pair, its reconstruction of real target digits: C3LT's "
                         "G(E(x)) (no METHOD) or, naming it, LDCE's VAE D(E(x))")
+    p.add_argument("--denoiser-curve", nargs="?", const=True, default=None, metavar="DIR",
+                   help="instead: LDCE at the table's setting with every snapshot of its denoiser's training curve "
+                        "(DIR, default runs/backbones/ldm_unet: `cfkit backbone ldm_unet`), settings denoiser@<epoch>; "
+                        "they replace those settings' rows in --csv, the other rows kept")
     p.add_argument("--c3lt-ablation", action="store_true",
                    help="instead: retrain one pair's C3LT maps (default 5->6, --max-steps default 1000) with each loss "
                         "term off or up and a wider map, and score each")

@@ -266,8 +266,8 @@ STUDY_METRICS = (("im1", "IM1 ↓"), ("fid", "kit-FID ↓"), ("validity", "valid
 
 def budget_curves(rows: list[dict], labels: dict[str, str] | None = None, variants: Sequence[str] = ("per image",)
                   ) -> Figure:
-    """The faithfulness study (mean rows): one row of panels per method with more than two settings, each metric
-    over the method's budget (log scale). Curve points are lines, one per device that measured them (the GPU's
+    """The faithfulness study (mean rows): one row of panels per method and budget axis with more than two
+    settings, each metric over that budget (log scale). Curve points are lines, one per device that measured them (the GPU's
     dashed); ``kit`` is a circle, ``reference`` a star, a setting naming one of ``variants`` (CEM's per-image
     early stop) a diamond off the curve; IM1 and FID carry their 95 % intervals; ``labels`` default to the
     catalog's."""
@@ -276,12 +276,13 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None, varian
     labels = labels or catalog.labels()
     means = [r for r in rows if r["pair"] == "mean" and isinstance(r.get("budget"), (int, float))
              and r["budget"] == r["budget"]]  # settings only: a floor has no budget
-    methods = [m for m in dict.fromkeys(r["method"] for r in means)
-               if len({r["setting"] for r in means if r["method"] == m}) > 2]
-    fig, axes = plt.subplots(max(1, len(methods)), len(STUDY_METRICS), figsize=(2.6 * len(STUDY_METRICS),
-                             2.1 * max(1, len(methods))), squeeze=False)
-    for ax_row, method in zip(axes, methods):
-        points = sorted((r for r in means if r["method"] == method), key=lambda r: r["budget"])
+    axes_of = [(m, u) for m, u in dict.fromkeys((r["method"], r.get("budget_unit")) for r in means)
+               if len({r["setting"] for r in means if (r["method"], r.get("budget_unit")) == (m, u)}) > 2]
+    fig, axes = plt.subplots(max(1, len(axes_of)), len(STUDY_METRICS), figsize=(2.6 * len(STUDY_METRICS),
+                             2.1 * max(1, len(axes_of))), squeeze=False)
+    for ax_row, (method, unit) in zip(axes, axes_of):  # a row a budget axis: LDCE's steps, LDCE's denoiser epochs
+        points = sorted((r for r in means if (r["method"], r.get("budget_unit")) == (method, unit)),
+                        key=lambda r: r["budget"])
         marked = [r for r in points if any(v in r["setting"] for v in variants)]
         curve = [r for r in points if r["setting"] != "kit" and r not in marked]
         for ax, (metric, title) in zip(ax_row, STUDY_METRICS):

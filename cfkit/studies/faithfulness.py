@@ -19,7 +19,7 @@ from torch import nn
 
 from ..common.devices import resolve_device
 from ..data import PAIRS, load_mnist, pair_name
-from ..errors import InputError
+from ..errors import CheckpointError, InputError
 from ..methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
 from ..methods.base import CounterfactualMethod, Result
 from ..methods.c3lt import C3LT
@@ -27,12 +27,13 @@ from ..methods.cem import CEM, CEM_REFERENCE, CEMConfig
 from ..methods.cve import CVE, CVE_KIT, CVE_REFERENCE
 from ..methods.expgan import ExpGAN
 from ..methods.ldce import LDCE, LDCE_KIT, LDCE_REFERENCE, LDCEConfig
-from ..paths import CHECKPOINT_DIR, atomic_write_text
+from ..paths import CHECKPOINT_DIR, RUNS_DIR, atomic_write_text
 from ..scoring.evaluation import compare_settings, parse_pairs, protocol_queries, reference_images
 from ..scoring.metrics import MetricModels
 from ..scoring.pairs import evaluate_pair, mean_row
 from ..zoo.checkpoints import load, load_needs, pair_name as model_name, pair_spec, read_manifest, train
 from ..zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
+from .curve import CURVE_DIR
 
 COLUMNS = ("method", "setting", "budget", "n", "im1", "im2", "fid", "validity", "proximity", "seconds_per_cf",
            "pair", "im1_lo", "im1_hi", "fid_lo", "fid_hi", "oracle_agreement", "budget_unit", "budget_run", "device")
@@ -136,6 +137,46 @@ def snapshot_setting(family: str, step: int, models: dict[tuple[int, int], nn.Mo
     cls = PAIR_METHODS[family]
     return Setting(family, f"reference@{step}", step, "training steps",
                    lambda c, d: cls(c, models=models, device=d))
+
+
+DENOISER_UNIT = "denoiser epochs"
+"""The budget axis of LDCE's rows along its denoiser's training curve (settings ``denoiser@<epoch>``)."""
+
+
+def _snapshot_unet(path: Path) -> nn.Module:
+    from ..zoo.diffusion import LatentUNet
+
+    unet = LatentUNet()
+    try:
+        unet.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception as exc:
+        raise CheckpointError(f"{path} is not a readable denoiser snapshot ({' '.join(str(exc).split())[:160]}); "
+                              "delete it and score that curve point again with `cfkit backbone ldm_unet`.") from exc
+    return unet.eval()
+
+
+def denoiser_settings(directory: str | Path | None = None) -> list[Setting]:
+    """LDCE at the table's setting (:class:`LDCEConfig`) with each snapshot of its denoiser's training curve
+    (``epoch_<n>.pt`` of ``cfkit backbone ldm_unet``, default ``runs/backbones/ldm_unet``): ``denoiser@<n>``
+    on a budget axis of its own, the training epochs."""
+    folder = Path(directory or RUNS_DIR / CURVE_DIR / "ldm_unet")
+    epochs = sorted(int(p.stem.removeprefix("epoch_")) for p in folder.glob("epoch_*.pt")
+                    if p.stem.removeprefix("epoch_").isdigit())
+    if not epochs:
+        raise InputError(f"no denoiser snapshots (epoch_<n>.pt) in {folder}: train its curve first with "
+                         "`cfkit backbone ldm_unet`, or give the folder that holds them.")
+    return [Setting(LDCE.name, f"denoiser@{epoch}", epoch, DENOISER_UNIT,
+                    lambda c, d, path=folder / f"epoch_{epoch}.pt": LDCE(c, LDCEConfig(), unet=_snapshot_unet(path),
+                                                                        device=d))
+            for epoch in epochs]
+
+
+def replace_settings(path: str | Path, rows: list[dict]) -> Path:
+    """Write ``rows`` into the study CSV at ``path`` in place of its rows of the same method and setting (the
+    others kept, in their order; a missing file is created)."""
+    fresh = {(r["method"], r["setting"]) for r in rows}
+    kept = [r for r in read_csv(path) if (r["method"], r["setting"]) not in fresh] if Path(path).is_file() else []
+    return write_csv(kept + rows, path)
 
 
 def studied_methods() -> list[str]:
@@ -248,7 +289,8 @@ def verdicts(rows: list[dict]) -> list[dict]:
         if reference is None:
             continue
         means = [r for r in means if r.get("device") == reference.get("device")  # seconds compare on one machine
-                 and _is_number(r.get("budget"))]  # a floor is no setting
+                 and _is_number(r.get("budget"))  # a floor is no setting
+                 and r.get("budget_unit") == reference.get("budget_unit")]  # another axis: another backbone
         inside = [r for r in means if inside_reference(rows, method, r["setting"])]
         cheapest = min(inside, key=lambda r: (r["seconds_per_cf"] or 0.0, r["budget"]))
         out.append({"method": method, "kit_inside_reference": any(r["setting"] == "kit" for r in inside),
