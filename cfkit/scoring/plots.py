@@ -311,12 +311,14 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None, varian
 
 
 def training_curve(points: list[dict], name: str, samples: torch.Tensor | None = None) -> Figure:
-    """A backbone's convergence curve: sample FID (with its 95 % interval) against epochs on a log axis, each
+    """A backbone's convergence curve: sample FID (with its 95 % interval) against epochs, both on log axes, each
     point marked converged or not; beside it, the last point's samples when given."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
     fig, axes = plt.subplots(1, 2 if samples is not None else 1, figsize=(9 if samples is not None else 5, 3.2),
                              squeeze=False)
     ax = axes[0, 0]
-    epochs = [p["epoch"] for p in points]
+    epochs = [int(p["epoch"]) for p in points]
     fid = [float(p["fid"]) for p in points]
     errors = [[f - float(p["fid_lo"]) for f, p in zip(fid, points)], [float(p["fid_hi"]) - f for f, p in zip(fid, points)]]
     ax.errorbar(epochs, fid, yerr=errors, marker="o", capsize=3)
@@ -324,8 +326,13 @@ def training_curve(points: list[dict], name: str, samples: torch.Tensor | None =
         if str(p["converged"]) == "True":
             ax.annotate("converged", (e, f), textcoords="offset points", xytext=(4, 6), fontsize=7)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.set_yscale("log")  # the late doublings move FID by a fraction of the early ones: visible on a log axis
+    ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("epochs")
-    ax.set_ylabel("sample FID (kit features) ↓")
+    ax.set_ylabel("sample FID (kit features, log) ↓")
     ax.set_title(f"{name}: FID of its samples against MNIST test", fontsize=9)
     if samples is not None:
         grid = samples[:32].view(4, 8, 28, 28).permute(0, 2, 1, 3).reshape(4 * 28, 8 * 28)
