@@ -125,3 +125,17 @@ def test_no_import_cycle(package: str) -> None:
     inside = [m for m in sorted(graph) if m == package or m.startswith(f"{package}.")]
     cycles = [cycle for m in inside if (cycle := cycle_through(graph, m))]
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_running_a_notebook_or_building_a_method_leaves_torchmetrics_unimported() -> None:
+    """torchmetrics pulls in torchvision's models and torch._dynamo, seconds of every ``cfkit run`` and notebook
+    start; only computing a distance (FID, KID) imports it."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, cfkit.running.run, cfkit.methods.catalog, cfkit.scoring.evaluation; "
+             "print('torchmetrics' in sys.modules); "
+             "import torch; from cfkit.zoo.feature_space import fid_from_features; "
+             "fid_from_features(torch.randn(8, 4), torch.randn(8, 4)); print('torchmetrics' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

@@ -6,16 +6,19 @@ beside the network that defines the space, so zoo models (the GAN) can be judged
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torchmetrics.image.fid import FrechetInceptionDistance
-from torchmetrics.image.kid import KernelInceptionDistance
 
 from ..common.batching import INFERENCE_BATCH
 from ..common.devices import model_device
 from ..common.validate import check_images
 from ..errors import InputError
+
+if TYPE_CHECKING:  # imported where a distance is computed: torchmetrics pulls in torchvision's models (seconds)
+    from torchmetrics.image.fid import FrechetInceptionDistance
+    from torchmetrics.image.kid import KernelInceptionDistance
 
 
 
@@ -60,6 +63,8 @@ def fid_from_features(fake: torch.Tensor, real: torch.Tensor) -> float:
     """torchmetrics' FID between two sets of features (rows)."""
     if min(len(fake), len(real)) < 2:
         raise InputError("FID needs at least two counterfactuals and two reference images.")
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
     metric = FrechetInceptionDistance(feature=Precomputed(fake.shape[1]), reset_real_features=True)
     _feed(metric, fake, real)
     return float(metric.compute())
@@ -68,6 +73,8 @@ def fid_from_features(fake: torch.Tensor, real: torch.Tensor) -> float:
 def kid_from_features(fake: torch.Tensor, real: torch.Tensor, subsets: int = 100, subset_size: int = 1000,
                       seed: int = 0) -> tuple[float, float]:
     """torchmetrics' KID (mean, std over ``subsets`` random subsets, seeded) between two sets of features."""
+    from torchmetrics.image.kid import KernelInceptionDistance
+
     size = min(subset_size, len(fake), len(real))
     if size < 2:
         raise InputError("KID needs at least two counterfactuals and two reference images.")
