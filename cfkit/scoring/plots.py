@@ -303,7 +303,8 @@ def budget_curves(rows: list[dict], labels: dict[str, str] | None = None, varian
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
-            ax.set_title(f"{labels.get(method, method)}: {title}", fontsize=8)
+            several = sum(m == method for m, _ in axes_of) > 1  # name the axis where a method has two
+            ax.set_title(f"{labels.get(method, method)}{f' by {unit}' if several else ''}: {title}", fontsize=8)
             ax.set_xlabel(points[0].get("budget_unit") or "budget", fontsize=7)
         ax_row[0].legend(fontsize=6)
     fig.tight_layout()
