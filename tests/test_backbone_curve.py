@@ -163,3 +163,22 @@ def test_ldce_on_a_denoiser_snapshot_runs_at_the_tables_setting_with_intervals(m
     assert built == [ldce.LDCEConfig()], "the table's setting, not LDCE_KIT"
     for metric in ("im1", "fid", "validity"):
         assert scores[f"ldce_{metric}_lo"] <= scores[f"ldce_{metric}"] <= scores[f"ldce_{metric}_hi"]
+
+
+def test_a_converged_denoiser_curve_ships_its_ema_weights_when_asked(tmp_path, monkeypatch) -> None:
+    """`cfkit backbone ldm_unet --register-into DIR` after the curve converged: the EMA denoiser every curve point
+    scored is what the zoo's gate measures and keeps (here refused: two steps learn no digits)."""
+    from cfkit.zoo import diffusion
+
+    monkeypatch.setattr(diffusion, "SAMPLES_PER_CLASS", 2)  # the gate's sample check, at a test's size
+    config = DenoiserCurveConfig(max_epochs=1, samples=4, resamples=10, steps_per_epoch=2)
+    run = DenoiserCurveRun(tmp_path / "run", config, results_dir=tmp_path / "r")
+    run.run(load("features"))
+    run.curve[-1]["converged"] = True  # as a curve whose last doubling settled
+    run._save()
+    again = DenoiserCurveRun(tmp_path / "run", config, results_dir=tmp_path / "r", register_into=tmp_path / "zoo")
+    with pytest.raises(QualityError, match=r"ldm_unet reached \{'sample_accuracy': .*missing its threshold 0.9"):
+        again.run(load("features"))
+    kept = torch.load(tmp_path / "zoo" / "ldm_unet.rejected.pt", weights_only=True)
+    ema = again.ema.module.state_dict()
+    assert set(kept) == set(ema) and all(torch.equal(kept[k], ema[k]) for k in ema)

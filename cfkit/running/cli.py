@@ -178,7 +178,7 @@ def _cmd_backbone(args: argparse.Namespace) -> None:
 
         config = DenoiserCurveConfig(max_epochs=64 if args.max_epochs is None else args.max_epochs,
                                      samples=500 if args.samples is None else args.samples)
-        run = DenoiserCurveRun(args.dir, config, device=args.device,
+        run = DenoiserCurveRun(args.dir, config, device=args.device, register_into=args.register_into,
                                extra=partial(ldce_with_denoiser, n_queries=args.ldce_queries))
     if args.rescore_extra:
         run.rescore_extra()

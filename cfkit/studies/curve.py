@@ -157,7 +157,10 @@ class CurveRun:
         """Train on until converged, ``max_epochs``, or ``minutes`` spent (checked after each epoch); return
         whether the curve has converged."""
         if self.curve and self.curve[-1]["converged"]:
-            log(f"{self.name}: converged at epoch {self.curve[-1]['epoch']} (FID {self.curve[-1]['fid']}); nothing to do")
+            log(f"{self.name}: converged at epoch {self.curve[-1]['epoch']} (FID {self.curve[-1]['fid']}); nothing to "
+                f"train{'' if self.register_into is None else f', registered into {self.register_into}'}")
+            if self.register_into is not None:  # a run that converged before it was asked to ship its model
+                self.register(features)
             return True
         data, context = self._prepare(features)
         points, start = curve_epochs(self.config.max_epochs), time.perf_counter()
@@ -192,15 +195,20 @@ class CurveRun:
     def register(self, features: nn.Module) -> dict:
         """Ship the model as the zoo's model of this name (into ``register_into``), its manifest entry carrying the
         quality figure, the device, the seconds and the curve."""
-        from ..zoo.checkpoints import get_spec, register  # the registry imports this module's model: imported here
+        from ..zoo.checkpoints import get_spec, load_needs, register  # the registry imports this module's model
 
         spec = get_spec(self.name)
-        self.model.to("cpu")
-        quality = {spec.metric: round(spec.measure(self.model, spec.config, {"features": features.cpu()}), 6)}
+        shipped = self.shipped_model().to("cpu").eval()
+        needed = {**load_needs(spec), "features": features.cpu()}  # what the zoo's quality figure is measured with
+        quality = {spec.metric: round(spec.measure(shipped, spec.config, needed), 6)}
         curve = f"results/{CURVE_DIR}/{self.name}_curve.csv"
-        return register(spec, self.model, self.register_into, spec.command, self.config.seed, self.epochs_done,
-                        self.steps, self.seconds, quality, self.device,
+        return register(spec, shipped, self.register_into, f"cfkit backbone {self.name}", self.config.seed,
+                        self.epochs_done, self.steps, self.seconds, quality, self.device,
                         extra={"device": str(self.device), "curve": curve, "curve_points": self.curve})
+
+    def shipped_model(self) -> nn.Module:
+        """The model whose weights the zoo ships: the trained one (a subclass with averaged weights ships those)."""
+        return self.model
 
     def figure(self) -> Path:
         """The curve and the last point's samples, as ``results/backbones/<name>_curve.png``."""
@@ -302,9 +310,9 @@ class DenoiserCurveRun(CurveRun):
 
     def __init__(self, directory: str | Path | None = None, config: DenoiserCurveConfig = DenoiserCurveConfig(),
                  device: str | None = "cpu", results_dir: str | Path | None = None,
-                 extra: Callable[[nn.Module], dict] | None = None) -> None:
+                 extra: Callable[[nn.Module], dict] | None = None, register_into: str | Path | None = None) -> None:
         self.extra = extra
-        super().__init__(directory, config, device, results_dir)
+        super().__init__(directory, config, device, results_dir, register_into)
 
     def _build(self) -> None:
         from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
@@ -321,6 +329,10 @@ class DenoiserCurveRun(CurveRun):
     def snapshot(self) -> dict[str, torch.Tensor]:
         """The EMA weights, which sample better (what the shipped ``ldm_unet`` holds)."""
         return self.ema.module.state_dict()
+
+    def shipped_model(self) -> nn.Module:
+        """The EMA denoiser, as every curve point scored it."""
+        return self.ema.module
 
     def _prepare(self, features: nn.Module) -> tuple[tuple, dict]:
         from ..zoo.checkpoints import load  # the registry imports this module: imported here
