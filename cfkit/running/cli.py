@@ -25,7 +25,6 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from ..data import ensure_mnist
-    from ..paths import RUNS_DIR
     from ..zoo import checkpoints
 
     targets = checkpoints.names() if args.all else _expand_pair_families(args.names, args.pair)
@@ -42,13 +41,12 @@ def _cmd_train(args: argparse.Namespace) -> None:
         classifier = load_classifier(args.classifier, args.classifier_state)
     elif args.classifier_state is not None:
         raise CfkitError("--classifier-state goes with --classifier package.module:factory.")
-    pieces = args.minutes is not None or args.snapshots is not None
     started = time.perf_counter()
     for name in targets:
         left = None if args.minutes is None else max(0.0, args.minutes - (time.perf_counter() - started) / 60)
         entry = checkpoints.train(name, directory=args.out, epochs=args.epochs, classifier=classifier,
                                   classifier_spec=args.classifier, device=args.device, minutes=left,
-                                  snapshot_dir=(Path(args.snapshots or RUNS_DIR / "train") / name) if pieces else None)
+                                  snapshot_dir=Path(args.snapshots) / name if args.snapshots else None)
         if entry.get("paused"):
             print(f"{name}: paused at step {entry['step']} of {entry['total']} ({entry['snapshot']}); run the same "
                   "command again to go on")

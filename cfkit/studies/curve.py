@@ -405,14 +405,10 @@ class DenoiserCurveRun(CurveRun):
     def rescore_extra(self, log: Callable[[str], None] = print) -> None:
         """Measure ``extra`` again on every curve point's saved snapshot (``epoch_<n>.pt``), replacing what an
         earlier measure wrote there, and rewrite the curve: for when the measure itself changed."""
-        from ..zoo.diffusion import LatentUNet
-
         if self.extra is None:
             raise InputError("rescore_extra needs the extra measure: give DenoiserCurveRun(extra=...).")
         for point in self.curve:
-            unet = LatentUNet().to(self.device)
-            unet.load_state_dict(torch.load(self.directory / f"epoch_{point['epoch']}.pt", map_location=self.device,
-                                            weights_only=True))
+            unet = load_denoiser_snapshot(self.directory / f"epoch_{point['epoch']}.pt", self.device)
             for key in set(point) - set(CURVE_COLUMNS) - OWN_SCORES:
                 del point[key]
             point.update(self.extra(unet.eval()))
@@ -420,3 +416,16 @@ class DenoiserCurveRun(CurveRun):
                 + ", ".join(f"{k} {v}" for k, v in point.items() if k not in CURVE_COLUMNS and k not in OWN_SCORES))
         self._save()
         self._write_curve()
+
+
+def load_denoiser_snapshot(path: Path, device: str | torch.device = "cpu") -> nn.Module:
+    """A curve point's denoiser (``epoch_<n>.pt``: its EMA weights) in eval mode; an unreadable file is refused."""
+    from ..zoo.diffusion import LatentUNet
+
+    unet = LatentUNet().to(device)
+    try:
+        unet.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+    except Exception as exc:
+        raise CheckpointError(f"{path} is not a readable denoiser snapshot ({' '.join(str(exc).split())[:160]}); "
+                              "delete it and score that curve point again with `cfkit backbone ldm_unet`.") from exc
+    return unet.eval()

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..common.devices import resolve_device
 from ..data import PAIRS, load_mnist, pair_name
-from ..errors import CheckpointError, InputError
+from ..errors import InputError
 from ..methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
 from ..methods.base import CounterfactualMethod, Result
 from ..methods.c3lt import C3LT
@@ -33,7 +33,7 @@ from ..scoring.metrics import MetricModels
 from ..scoring.pairs import evaluate_pair, mean_row
 from ..zoo.checkpoints import load, load_needs, pair_name as model_name, pair_spec, read_manifest, train
 from ..zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
-from .curve import CURVE_DIR
+from .curve import CURVE_DIR, load_denoiser_snapshot
 
 COLUMNS = ("method", "setting", "budget", "n", "im1", "im2", "fid", "validity", "proximity", "seconds_per_cf",
            "pair", "im1_lo", "im1_hi", "fid_lo", "fid_hi", "oracle_agreement", "budget_unit", "budget_run", "device")
@@ -143,18 +143,6 @@ DENOISER_UNIT = "denoiser epochs"
 """The budget axis of LDCE's rows along its denoiser's training curve (settings ``denoiser@<epoch>``)."""
 
 
-def _snapshot_unet(path: Path) -> nn.Module:
-    from ..zoo.diffusion import LatentUNet
-
-    unet = LatentUNet()
-    try:
-        unet.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    except Exception as exc:
-        raise CheckpointError(f"{path} is not a readable denoiser snapshot ({' '.join(str(exc).split())[:160]}); "
-                              "delete it and score that curve point again with `cfkit backbone ldm_unet`.") from exc
-    return unet.eval()
-
-
 def denoiser_settings(directory: str | Path | None = None) -> list[Setting]:
     """LDCE at the table's setting (:class:`LDCEConfig`) with each snapshot of its denoiser's training curve
     (``epoch_<n>.pt`` of ``cfkit backbone ldm_unet``, default ``runs/backbones/ldm_unet``): ``denoiser@<n>``
@@ -166,7 +154,7 @@ def denoiser_settings(directory: str | Path | None = None) -> list[Setting]:
         raise InputError(f"no denoiser snapshots (epoch_<n>.pt) in {folder}: train its curve first with "
                          "`cfkit backbone ldm_unet`, or give the folder that holds them.")
     return [Setting(LDCE.name, f"denoiser@{epoch}", epoch, DENOISER_UNIT,
-                    lambda c, d, path=folder / f"epoch_{epoch}.pt": LDCE(c, LDCEConfig(), unet=_snapshot_unet(path),
+                    lambda c, d, path=folder / f"epoch_{epoch}.pt": LDCE(c, LDCEConfig(), unet=load_denoiser_snapshot(path),
                                                                         device=d))
             for epoch in epochs]
 
