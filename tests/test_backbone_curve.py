@@ -167,7 +167,8 @@ def test_ldce_on_a_denoiser_snapshot_runs_at_the_tables_setting_with_intervals(m
 
 def test_a_converged_denoiser_curve_ships_its_ema_weights_when_asked(tmp_path, monkeypatch) -> None:
     """`cfkit backbone ldm_unet --register-into DIR` after the curve converged: the EMA denoiser every curve point
-    scored is what the zoo's gate measures and keeps (here refused: two steps learn no digits)."""
+    scored is what the zoo's gate measures and keeps, with the curve's sample FID beside the gate's figure (here
+    refused: two steps learn no digits)."""
     from cfkit.zoo import diffusion
 
     monkeypatch.setattr(diffusion, "SAMPLES_PER_CLASS", 2)  # the gate's sample check, at a test's size
@@ -177,7 +178,8 @@ def test_a_converged_denoiser_curve_ships_its_ema_weights_when_asked(tmp_path, m
     run.curve[-1]["converged"] = True  # as a curve whose last doubling settled
     run._save()
     again = DenoiserCurveRun(tmp_path / "run", config, results_dir=tmp_path / "r", register_into=tmp_path / "zoo")
-    with pytest.raises(QualityError, match=r"ldm_unet reached \{'sample_accuracy': .*missing its threshold 0.9"):
+    with pytest.raises(QualityError,
+                       match=r"ldm_unet reached \{'sample_accuracy': [\d.]+, 'sample_fid': [\d.]+\} after .*threshold 0.9"):
         again.run(load("features"))
     kept = torch.load(tmp_path / "zoo" / "ldm_unet.rejected.pt", weights_only=True)
     ema = again.ema.module.state_dict()

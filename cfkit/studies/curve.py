@@ -194,13 +194,15 @@ class CurveRun:
 
     def register(self, features: nn.Module) -> dict:
         """Ship the model as the zoo's model of this name (into ``register_into``), its manifest entry carrying the
-        quality figure, the device, the seconds and the curve."""
+        quality figures (the gate's and the last sample FID), the device, the seconds and the curve."""
         from ..zoo.checkpoints import get_spec, load_needs, register  # the registry imports this module's model
 
         spec = get_spec(self.name)
         shipped = self.shipped_model().to("cpu").eval()
         needed = {**load_needs(spec), "features": features.cpu()}  # what the zoo's quality figure is measured with
         quality = {spec.metric: round(spec.measure(shipped, spec.config, needed), 6)}
+        if self.curve:  # the curve's figure too, where the gate measures another (the denoiser's is sample accuracy)
+            quality.setdefault("sample_fid", self.curve[-1]["fid"])
         curve = f"results/{CURVE_DIR}/{self.name}_curve.csv"
         return register(spec, shipped, self.register_into, f"cfkit backbone {self.name}", self.config.seed,
                         self.epochs_done, self.steps, self.seconds, quality, self.device,
