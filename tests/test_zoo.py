@@ -111,6 +111,17 @@ def test_training_is_seeded(tmp_path) -> None:
     assert first["sha256"] == second["sha256"]
 
 
+def test_a_model_shipped_from_its_curve_names_the_curve_and_a_retrain_names_itself(tmp_path, monkeypatch) -> None:
+    """The shipped denoiser came from `cfkit backbone ldm_unet`; `cfkit train ldm_unet` still trains its first config,
+    and its manifest entry says that command, not the curve's."""
+    from cfkit.zoo import diffusion
+
+    monkeypatch.setattr(diffusion, "SAMPLES_PER_CLASS", 2)  # the sample check, at a test's size
+    assert get_spec("ldm_unet").command == read_manifest()["ldm_unet"]["command"] == "cfkit backbone ldm_unet"
+    entry = train("ldm_unet", directory=tmp_path, max_steps=2, check_quality=False, progress=False)
+    assert entry["command"] == "cfkit train ldm_unet (max_steps=2)"
+
+
 def test_generator_zoo_shapes_and_inversion() -> None:
     gan, encoder = load("dcgan"), load("encoder")
     samples = gan.sample(16, seed=1)
