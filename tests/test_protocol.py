@@ -2,7 +2,9 @@
 ``cfkit.running.reproduce.PROTOCOL``, which ``cfkit reproduce`` and ``cfkit run --protocol`` pass on top of them."""
 from __future__ import annotations
 
+import copy
 import json
+import re
 
 import papermill
 import pytest
@@ -227,6 +229,26 @@ def test_the_ldce_ablation_is_shown_as_recorded_and_a_bad_record_says_how_to_reg
     (tmp_path / "bad.json").write_text('{"rows": 3}')
     with pytest.raises(DataError, match="not a recorded LDCE ablation.*ablation_queries 50"):
         recorded_ablation(tmp_path / "bad.json")
+
+
+def test_the_recorded_ldce_ablation_names_the_denoiser_it_ran_on_and_says_when_that_is_not_the_one_explaining(
+        tmp_path) -> None:
+    """The shipped record was made with the shipped denoiser; after a retrain the notebook says the record is stale."""
+    from cfkit.studies.ablation import RECORDED, describe_record, recorded_ablation, save_ablation
+    from cfkit.zoo.checkpoints import load
+
+    shipped, unet = recorded_ablation(RECORDED), load("ldm_unet")
+    assert "note" not in describe_record(shipped, unet), "results/ldce_ablation.json was made with another denoiser"
+    other = copy.deepcopy(unet)  # load() shares one model per checkpoint
+    with torch.no_grad():
+        next(other.parameters()).add_(1e-3)
+    rows = [{"setting": "default", "pair": "mean", "im1": 0.9}]
+    made = {"ablation_queries": 2, "pairs": "4->9", "strength": 0.342, "steps": 100, "consensus_angle": 40.0}
+    record = recorded_ablation(save_ablation(rows, tmp_path, made, denoiser=other))
+    assert "note" not in describe_record(record, other)
+    assert re.search(r"note: recorded with other denoiser weights \(\w{12}\) than these \(\w{12}\)",
+                     describe_record(record, unet))
+    assert "(not recorded)" in describe_record({"parameters": made, "rows": rows}, unet)
 
 
 def test_versus_marks_a_difference_only_where_the_intervals_do_not_overlap() -> None:

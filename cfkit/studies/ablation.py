@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from ..common.fingerprint import fingerprint
 from ..errors import DataError
 from ..methods.ldce import LDCE, LDCEConfig, ablation_settings, mask_statistics
 from ..paths import RESULTS_DIR, atomic_write_json
@@ -31,9 +32,25 @@ def ldce_ablation(classifier: nn.Module, config: LDCEConfig, unet: nn.Module, pa
     return compare_settings(variants, pairs, queries, seed=seed, summary=mask_statistics, intervals=True)
 
 
-def save_ablation(rows: list[dict], out_dir: str | Path, parameters: dict[str, Any]) -> Path:
-    """The ablation's rows and the parameters that made them, atomically, as ``out_dir/ldce_ablation.json``."""
+def save_ablation(rows: list[dict], out_dir: str | Path, parameters: dict[str, Any],
+                  denoiser: nn.Module | None = None) -> Path:
+    """The ablation's rows and the parameters that made them, atomically, as ``out_dir/ldce_ablation.json``; with
+    ``denoiser``, its weights' fingerprint too, so that a record made on other weights is told apart."""
+    if denoiser is not None:
+        parameters = {**parameters, "denoiser": fingerprint(denoiser)}
     return atomic_write_json(Path(out_dir) / RECORD_NAME, {"parameters": parameters, "rows": rows})
+
+
+def describe_record(record: dict[str, Any], denoiser: nn.Module) -> str:
+    """What a recorded ablation was run on, and a warning when it was not ``denoiser`` (the one explaining now)."""
+    made = record["parameters"]
+    line = (f"as recorded: {made['ablation_queries']} validation digits a pair of {made['pairs']}, around strength "
+            f"{made['strength']}, {made['steps']} DDIM steps, α {made['consensus_angle']}°")
+    recorded_with, now = made.get("denoiser"), fingerprint(denoiser)
+    if recorded_with != now:
+        line += (f"\nnote: recorded with other denoiser weights ({(recorded_with or 'not recorded')[:12]}) than these "
+                 f"({now[:12]}); -p ablation_queries 50 runs it on these")
+    return line
 
 
 def recorded_ablation(path: str | Path = RECORDED) -> dict[str, Any] | None:
