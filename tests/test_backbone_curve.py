@@ -89,6 +89,32 @@ def test_bad_curve_settings_are_refused(field) -> None:
         GANCurveConfig(**{field: 0})
 
 
+def test_bfloat16_training_keeps_float32_weights_and_names_itself_in_its_command(tmp_path) -> None:
+    """The faster precision: the convolutions run in bfloat16, the weights (and so the shipped model) stay float32,
+    training moves them, and the run's command says how to train it again; a float32 state will not resume in it."""
+    config = GANCurveConfig(max_epochs=1, samples=32, resamples=20, steps_per_epoch=2, precision="bfloat16")
+    run = GANCurveRun(tmp_path / "bf16", config, results_dir=tmp_path / "r")
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    run.run(load("features"))
+    after = run.model.state_dict()
+    assert all(v.dtype == before[k].dtype for k, v in after.items()) and after["generator.net.0.weight"].dtype == torch.float32
+    assert not torch.equal(before["generator.net.0.weight"], after["generator.net.0.weight"])
+    assert run.command() == "cfkit backbone dcgan_reference --precision bfloat16"
+    assert GANCurveRun(tmp_path / "f32", TINY).command() == "cfkit backbone dcgan_reference"
+    with pytest.raises(CheckpointError, match="'precision': 'bfloat16'.* give the same settings"):
+        GANCurveRun(tmp_path / "bf16", GANCurveConfig(max_epochs=1, samples=32, resamples=20, steps_per_epoch=2))
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(InputError, match="precision must be one of float32, bfloat16, got 'float16'"):
+        GANCurveConfig(precision="float16")
+
+
+def test_cli_refuses_bfloat16_for_the_denoiser(capsys) -> None:
+    assert cli.main(["backbone", "ldm_unet", "--precision", "bfloat16"]) == 2
+    assert "--precision: only dcgan_reference trains in bfloat16" in capsys.readouterr().err
+
+
 def test_cli_refuses_a_bad_length_in_one_line(capsys) -> None:
     assert cli.main(["backbone", "dcgan_reference", "--max-epochs", "0"]) == 2
     assert "max_epochs must be an int >= 1, got 0" in capsys.readouterr().err

@@ -64,3 +64,26 @@ def test_the_command_says_where_it_paused_and_how_to_go_on(tmp_path, capsys, mon
     out = capsys.readouterr().out
     assert f"c3lt_reference_4_9: paused at step 7 of 9000 ({tmp_path / 'c3lt_reference_4_9' / SNAPSHOT_FILE})" in out
     assert "run the same command again to go on" in out
+
+
+def test_bfloat16_training_of_a_long_fit_moves_float32_weights_and_is_recorded(tmp_path) -> None:
+    """The faster precision for the hours-long fits: the same seeded steps under autocast, float32 weights that
+    differ from float32 training's (so the record must say which ran), and the command that repeats it."""
+    fast = checkpoints.train("c3lt_4_9", tmp_path / "bf16", max_steps=STEPS, check_quality=False, progress=False,
+                             precision="bfloat16")
+    exact = checkpoints.train("c3lt_4_9", tmp_path / "f32", max_steps=STEPS, check_quality=False, progress=False)
+    assert fast["command"] == "cfkit train c3lt --pair 4 9 --precision bfloat16 (max_steps=3)"
+    assert exact["command"] == "cfkit train c3lt --pair 4 9 (max_steps=3)"
+    one, other = _weights(tmp_path / "bf16", "c3lt_4_9"), _weights(tmp_path / "f32", "c3lt_4_9")
+    assert all(v.dtype == torch.float32 for v in one.values() if v.is_floating_point())
+    assert any(not torch.equal(one[k], other[k]) for k in one), "bfloat16 is not float32: the weights differ"
+    assert max((one[k] - other[k]).abs().max().item() for k in one) < 0.01, "three steps apart, the same training"
+
+
+@pytest.mark.parametrize(("name", "precision", "message"), [
+    ("classifier", "bfloat16", "precision 'bfloat16' is for the long fits .* classifier trains in float32"),
+    ("encoder", "float16", "precision must be one of float32, bfloat16, got 'float16'"),
+])
+def test_a_precision_that_does_not_apply_is_refused(tmp_path, name, precision, message) -> None:
+    with pytest.raises(InputError, match=message):
+        checkpoints.train(name, tmp_path, max_steps=1, precision=precision)

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..common.devices import in_eval_mode, resolve_device
 from ..common.fingerprint import fingerprint
+from ..common.precision import check_precision, precision_flag
 from ..common.validate import check_pair
 from ..data import PAIRS, sha256_file
 from ..errors import CheckpointError, InputError, QualityError
@@ -291,6 +292,7 @@ def train(
     classifier_spec: str | None = None,
     minutes: float | None = None,
     snapshot_dir: str | Path | None = None,
+    precision: str = "float32",
 ) -> dict:
     """Train ``name`` from its seed, check its quality, save it and its manifest entry atomically.
 
@@ -303,12 +305,17 @@ def train(
     ``minutes`` or ``snapshot_dir``: train in pieces (the fits that take ``snapshots``: C3LT's maps and the
     encoders). The state is saved in ``snapshot_dir`` (default ``runs/train/<name>``) as the fit goes; once
     ``minutes`` have passed it pauses and this returns ``{"paused": True, "step": …, "total": …}``; the same
-    call again goes on from there, to the weights an uninterrupted run gives.
+    call again goes on from there, to the weights an uninterrupted run gives. ``precision``: "bfloat16" trains
+    those same long fits under autocast, about twice as fast on a CPU (:mod:`cfkit.common.precision`).
     """
     spec = get_spec(name)
+    if check_precision(precision) != "float32" and not resumable(name):
+        raise InputError(f"precision {precision!r} is for the long fits that train in pieces (C3LT's maps and the "
+                         f"encoders); {name} trains in float32.")
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
         raise InputError(f"epochs must be an int >= 1 (or None: the spec's {spec.config.epochs}), got {epochs!r}.")
-    overrides = {"device": str(resolve_device(device)), **({} if epochs is None else {"epochs": epochs})}
+    overrides = {"device": str(resolve_device(device)), "precision": precision,
+                 **({} if epochs is None else {"epochs": epochs})}
     config = TrainConfig(**{**asdict(spec.config), **overrides})
     _check_classifier_override(spec, classifier, directory)
     snapshots = _snapshots(spec, config, max_steps, minutes, snapshot_dir, on_step, classifier)
@@ -336,7 +343,7 @@ def train(
     quality = {spec.metric: round(spec.measure(model, config, measured_with), 6)}
     # what ran: a model shipped from its curve (`cfkit backbone NAME`) retrained here is `cfkit train NAME`
     ran = spec.command if spec.command.startswith("cfkit train") else f"cfkit train {spec.name}"
-    command = ran + (f" --epochs {epochs}" if epochs is not None else "")
+    command = ran + (f" --epochs {epochs}" if epochs is not None else "") + precision_flag(precision)
     if classifier is not None:
         command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"
     command += f" (max_steps={max_steps})" if max_steps is not None else ""

@@ -121,7 +121,7 @@ def fit_encoder(model: Encoder, config: TrainConfig, needed: Needed, max_steps: 
     generator = needed["dcgan"].generator.eval()
 
     def loss(encoder: nn.Module, real: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
-        z = torch.randn(len(real), generator.latent_dim)
+        z = torch.randn(len(real), generator.latent_dim, device=real.device)
         with torch.no_grad():
             fake = generator(z)
         return F.mse_loss(generator(encoder(real)), real) + 0.1 * F.mse_loss(encoder(fake), z)
