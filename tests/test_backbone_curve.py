@@ -71,13 +71,26 @@ def test_a_model_below_its_gate_is_not_registered(tmp_path) -> None:
         run.register(load("features"))
     assert (tmp_path / "zoo" / "dcgan_reference.rejected.pt").is_file()
     assert not (tmp_path / "zoo" / "manifest.json").exists()
-    assert "dcgan_reference" not in names(), "the shipped zoo lists it only once registered there"
+
+
+def test_a_run_cut_to_a_shorter_length_registers_there_and_says_so(tmp_path, monkeypatch) -> None:
+    """--max-epochs is a stopping rule, not a setting: a run started for 3 epochs goes on under a length of 2, and
+    once it reaches that length unconverged it registers, its command naming the length (as the reference ships
+    its last epoch whatever its curve)."""
+    GANCurveRun(tmp_path / "run", TINY, results_dir=tmp_path / "r").run(load("features"), minutes=0)
+    shipped = []
+    monkeypatch.setattr(GANCurveRun, "register", lambda self, features: shipped.append(self.command()))
+    shorter = GANCurveConfig(max_epochs=2, samples=32, resamples=20, steps_per_epoch=2)
+    run = GANCurveRun(tmp_path / "run", shorter, results_dir=tmp_path / "r", register_into=tmp_path / "zoo")
+    assert run.epochs_done == 1 and run.run(load("features")) is False and run.epochs_done == 2
+    assert shipped == ["cfkit backbone dcgan_reference --max-epochs 2"]
+    assert [p["epoch"] for p in run.curve] == [1, 2]
 
 
 def test_a_state_of_other_settings_or_a_broken_one_is_refused(tmp_path) -> None:
     GANCurveRun(tmp_path, TINY, results_dir=tmp_path / "r").run(load("features"), minutes=0)
     with pytest.raises(CheckpointError, match="was trained with .* give the same settings, or another --dir"):
-        GANCurveRun(tmp_path, GANCurveConfig(max_epochs=4, samples=32, resamples=20, steps_per_epoch=2))
+        GANCurveRun(tmp_path, GANCurveConfig(max_epochs=3, samples=32, resamples=20, steps_per_epoch=2, lr=1e-3))
     (tmp_path / STATE_FILE).write_bytes(b"cut short")
     with pytest.raises(CheckpointError, match="is not a readable training state .* delete it to start afresh"):
         GANCurveRun(tmp_path, TINY)
@@ -99,7 +112,7 @@ def test_bfloat16_training_keeps_float32_weights_and_names_itself_in_its_command
     after = run.model.state_dict()
     assert all(v.dtype == before[k].dtype for k, v in after.items()) and after["generator.net.0.weight"].dtype == torch.float32
     assert not torch.equal(before["generator.net.0.weight"], after["generator.net.0.weight"])
-    assert run.command() == "cfkit backbone dcgan_reference --precision bfloat16"
+    assert run.command() == "cfkit backbone dcgan_reference --precision bfloat16 --max-epochs 1", "unconverged: its length"
     assert GANCurveRun(tmp_path / "f32", TINY).command() == "cfkit backbone dcgan_reference"
     with pytest.raises(CheckpointError, match="'precision': 'bfloat16'.* give the same settings"):
         GANCurveRun(tmp_path / "bf16", GANCurveConfig(max_epochs=1, samples=32, resamples=20, steps_per_epoch=2))

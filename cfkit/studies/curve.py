@@ -65,6 +65,12 @@ class GANCurveConfig:
         check_precision(self.precision)
 
 
+def _identity(config: dict) -> dict:
+    """What makes two runs the same run: every setting but ``max_epochs``, a stopping rule (each epoch draws from
+    (seed, epoch), so a longer or shorter run trains its common epochs to the same weights)."""
+    return {key: value for key, value in config.items() if key != "max_epochs"}
+
+
 def check_counts(config: Any) -> None:
     """Refuse a curve config whose epochs, samples, resamples or batch size is not a positive int (samples >= 2)."""
     for name in ("max_epochs", "samples", "resamples", "batch_size"):
@@ -139,7 +145,7 @@ class CurveRun:
             return
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
-            if state["config"] != asdict(self.config):
+            if _identity(state["config"]) != _identity(asdict(self.config)):
                 raise CheckpointError(f"{path} was trained with {state['config']}, not {asdict(self.config)}; "
                                       "give the same settings, or another --dir to start afresh.")
             for key, part in self._parts().items():
@@ -194,6 +200,10 @@ class CurveRun:
             if minutes is not None and time.perf_counter() - start > minutes * 60:
                 log(f"{self.name}: time budget spent after epoch {self.epochs_done}; run again to go on")
                 return False
+        if self.register_into is not None and self.epochs_done >= self.config.max_epochs:
+            log(f"{self.name}: reached --max-epochs {self.config.max_epochs} before its curve converged; registered "
+                "at that length, as the reference ships its last epoch (the manifest's curve says it is unconverged)")
+            self.register(features)
         return bool(self.curve and self.curve[-1]["converged"])
 
 
@@ -214,8 +224,11 @@ class CurveRun:
                         extra={"device": str(self.device), "curve": curve, "curve_points": self.curve})
 
     def command(self) -> str:
-        """The command that trains this run again (with its precision where that is not float32)."""
-        return f"cfkit backbone {self.name}" + precision_flag(getattr(self.config, "precision", "float32"))
+        """The command that trains this run again: its precision where that is not float32, and its length where it
+        stopped there before converging."""
+        unconverged = self.curve and not self.curve[-1]["converged"]
+        length = f" --max-epochs {self.epochs_done}" if unconverged else ""
+        return f"cfkit backbone {self.name}" + precision_flag(getattr(self.config, "precision", "float32")) + length
 
     def shipped_model(self) -> nn.Module:
         """The model whose weights the zoo ships: the trained one (a subclass with averaged weights ships those)."""
