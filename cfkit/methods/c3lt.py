@@ -33,7 +33,8 @@ class C3LTConfig:
     steps: int = 1  # map steps applied (the maps are trained for 1, as in the C3LT code)
     fraction: float = 1.0  # how far along the last step to go: 0 is G(E(x)), 1 the counterfactual
     backbone: str = "kit"  # "kit": the kit's 2-layer DCGAN, one shared encoder; "reference": the C3LT code's DCGAN
-    # (4 transposed convolutions, ngf 64) and an encoder per pair, once trained (`cfkit backbone dcgan_reference`)
+    # (4 transposed convolutions, ngf 64; shipped) and an encoder per pair with its maps, once trained
+    # (`cfkit train encoder_reference c3lt_reference --pair Q T`, README "Backbones")
 
     def __post_init__(self) -> None:
         positive("steps", self.steps, integer=True)
