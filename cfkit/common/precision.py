@@ -8,9 +8,12 @@ Scoring and explaining always run in float32.
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("float32", "bfloat16")
 """float32: what the reference code trains in; bfloat16: autocast, about twice as fast on a CPU with avx512_bf16."""
@@ -25,6 +28,8 @@ def check_precision(precision: object) -> str:
 
 def training_autocast(precision: str, device: torch.device | str) -> torch.autocast:
     """The context a training step's forward pass runs in: bfloat16 autocast on ``device``, or a no-op."""
+    import torch  # here, so that the command line can list PRECISIONS without loading torch
+
     kind = torch.device(device).type
     return torch.autocast(kind, dtype=torch.bfloat16, enabled=check_precision(precision) == "bfloat16")
 

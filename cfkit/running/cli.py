@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from ..common.precision import PRECISIONS
 from ..errors import CfkitError, ParameterError
 
 
@@ -269,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", help="models to train, e.g. classifier ae_9")
     p.add_argument("--all", action="store_true", help="train every model of the zoo")
     p.add_argument("--epochs", type=int, default=None, help="override the spec's epochs")
-    p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+    p.add_argument("--precision", choices=PRECISIONS, default="float32",
                    help="C3LT's maps and the encoders: the references' float32, or bfloat16 autocast (about 2x "
                         "faster on a CPU with avx512_bf16; recorded in the manifest's command)")
     p.add_argument("--pair", type=int, nargs=2, metavar=("QUERY", "TARGET"), default=None,
@@ -385,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ldce-queries", type=int, default=100,
                    help="ldm_unet: LDCE on this many study queries a pair at each curve point (default 100)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+    p.add_argument("--precision", choices=PRECISIONS, default="float32",
                    help="dcgan_reference: the C3LT code's float32, or bfloat16 autocast (2x faster on a CPU with "
                         "avx512_bf16); a run resumes only with the precision it started with")
     p.add_argument("--register-into", default=None, metavar="DIR",

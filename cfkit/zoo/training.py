@@ -16,8 +16,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..common.batching import INFERENCE_BATCH
-from ..data import load_mnist
 from ..common.precision import check_precision, training_autocast
+from ..data import load_mnist
 from .snapshots import StepSnapshots
 
 
