@@ -153,6 +153,25 @@ def test_every_need_is_a_model_trained_before_it() -> None:
             assert need in order[:order.index(name)], f"{name} needs {need}, which is not trained before it"
 
 
+def test_train_all_leaves_the_curve_backbones_to_their_own_command(capsys, monkeypatch) -> None:
+    """`cfkit train --all` rebuilds the zoo as shipped: a backbone shipped from its training curve (`cfkit backbone`)
+    is not retrained by its spec's plain fit, which would replace it with another model (ldm_unet's 8 epochs)."""
+    from cfkit.running import cli
+
+    trained = []
+    monkeypatch.setattr(checkpoints, "train", lambda name, **kw: trained.append(name) or
+                        {"quality": {}, "seconds": 0.0, "file": f"{name}.pt", "sha256": "0" * 64})
+    assert cli.main(["train", "--all"]) == 0
+    curves = {n for n in names() if get_spec(n).from_curve}
+    assert {"ldm_unet", "dcgan_reference"} <= curves and not curves & set(trained)
+    assert trained == checkpoints.retrainable_names() == [n for n in names() if n not in curves]
+    out = capsys.readouterr().out
+    assert "`cfkit backbone ldm_unet`" in out and "`cfkit backbone dcgan_reference --precision bfloat16" in out
+    for name in trained:  # in dependency order, a curve backbone shipped before any of them
+        for need in get_spec(name).needs:
+            assert need in curves or trained.index(need) < trained.index(name), (name, need)
+
+
 def test_pair_checkpoint_trained_on_another_pair_is_refused(zoo_copy) -> None:
     shutil.copy(zoo_copy / "c3lt_3_8.pt", zoo_copy / "c3lt_4_9.pt")
     manifest = json.loads((zoo_copy / MANIFEST).read_text())

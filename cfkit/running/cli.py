@@ -28,7 +28,11 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from ..data import ensure_mnist
     from ..zoo import checkpoints
 
-    targets = checkpoints.names() if args.all else _expand_pair_families(args.names, args.pair)
+    targets = checkpoints.retrainable_names() if args.all else _expand_pair_families(args.names, args.pair)
+    if args.all:
+        curves = [checkpoints.get_spec(n) for n in checkpoints.names() if n not in targets]
+        print("--all leaves the backbones shipped from their training curves to their own commands: "
+              + "; ".join(f"`{spec.command}`" for spec in curves))
     if not targets:
         raise CfkitError("name a model to train (e.g. `cfkit train ae_9`, `cfkit train c3lt --pair 4 9`) or pass "
                          f"--all; models: {', '.join(checkpoints.names())}")
@@ -268,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="retrain zoo models from their seeds and update the manifest")
     p.add_argument("names", nargs="*", help="models to train, e.g. classifier ae_9")
-    p.add_argument("--all", action="store_true", help="train every model of the zoo")
+    p.add_argument("--all", action="store_true",
+                   help="train every model of the zoo but the backbones shipped from their training curves "
+                        "(`cfkit backbone NAME` retrains those)")
     p.add_argument("--epochs", type=int, default=None, help="override the spec's epochs")
     p.add_argument("--precision", choices=PRECISIONS, default="float32",
                    help="C3LT's maps and the encoders: the references' float32, or bfloat16 autocast (about 2x "

@@ -186,6 +186,12 @@ def names() -> list[str]:
     return list(SPECS) + [spec.name for spec in candidate_specs() if spec.name in shipped]
 
 
+def retrainable_names() -> list[str]:
+    """What ``cfkit train --all`` rebuilds, in dependency order: the zoo but the backbones shipped from their
+    training curves, whose own command (:attr:`ModelSpec.command`) retrains them as shipped."""
+    return [name for name in names() if not get_spec(name).from_curve]
+
+
 def get_spec(name: str) -> ModelSpec:
     """The spec of a shipped model, of a model in training (:func:`candidate_specs`), or of any pair family's
     ``<family>_<q>_<t>``."""
@@ -344,7 +350,7 @@ def train(
         measured_with[SHIPPED_CLASSIFIER] = in_eval_mode(classifier.to("cpu"))
     quality = {spec.metric: round(spec.measure(model, config, measured_with), 6)}
     # what ran: a model shipped from its curve (`cfkit backbone NAME`) retrained here is `cfkit train NAME`
-    ran = spec.command if spec.command.startswith("cfkit train") else f"cfkit train {spec.name}"
+    ran = f"cfkit train {spec.name}" if spec.from_curve else spec.command
     command = ran + (f" --epochs {epochs}" if epochs is not None else "") + precision_flag(precision)
     if classifier is not None:
         command += f" --classifier {classifier_spec or '<a classifier given in Python>'} --out {directory}"

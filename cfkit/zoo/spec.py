@@ -36,6 +36,11 @@ class ModelSpec:
     def command(self) -> str:
         return self.train_command or f"cfkit train {self.name}"
 
+    @property
+    def from_curve(self) -> bool:
+        """Shipped from its training curve (``cfkit backbone NAME``), the command that retrains it as shipped."""
+        return self.command.startswith("cfkit backbone")
+
     def passes(self, quality: dict[str, float]) -> bool:
         value = quality[self.metric]
         return value >= self.threshold if self.higher_is_better else value <= self.threshold
