@@ -148,13 +148,78 @@ def test_floor_gap_compares_c3lt_with_its_generator_floor() -> None:
     assert not gaps["5->6"]["within"] and gaps["5->6"]["half_width"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("method", "setting"), [("c3lt", "floor G(E(x))"), ("ldce", "floor D(E(x))")])
-def test_a_backbone_floor_scores_reconstructions_of_real_target_digits(method, setting) -> None:
-    rows = faithfulness.backbone_floor(method, "4->9", n_queries=8)
+@pytest.mark.parametrize(("method", "backbone", "setting"), [
+    ("c3lt", "kit", "floor G(E(x))"), ("c3lt", "reference", "floor G(E(x)) on dcgan_reference"),
+    ("ldce", "kit", "floor D(E(x))")])
+def test_a_backbone_floor_scores_reconstructions_of_real_target_digits(method, backbone, setting) -> None:
+    rows = faithfulness.backbone_floor(method, "4->9", n_queries=8, backbone=backbone)
     assert [r["pair"] for r in rows] == ["4->9", "mean"] and rows[0]["setting"] == setting
     assert rows[0]["validity"] > 0.5 and rows[0]["fid"] > 0 and math.isnan(rows[0]["budget"])
-    with pytest.raises(InputError, match="no backbone floor for 'cem'; floors exist for c3lt, ldce"):
+    with pytest.raises(InputError, match="no backbone floor for 'cem' on the 'kit' backbone; floors exist for "
+                                         "c3lt on kit, c3lt on reference, ldce on kit"):
         faithfulness.backbone_floor("cem", "4->9", n_queries=8)
+    with pytest.raises(InputError, match="no backbone floor for 'ldce' on the 'reference' backbone"):
+        faithfulness.backbone_floor("ldce", "4->9", n_queries=8, backbone="reference")
+
+
+def test_floor_gap_sets_each_c3lt_generator_beside_its_own_floor() -> None:
+    rows = [_row("c3lt", "floor G(E(x))", 0.8, 9.0, 0.0, pair="4->9"), _row("c3lt", "reference", 0.9, 12.0, 0.0,
+                                                                              pair="4->9"),
+            _row("c3lt", "floor G(E(x)) on dcgan_reference", 0.8, 2.0, 0.0, pair="4->9"),
+            _row("c3lt", faithfulness.REFERENCE_GENERATOR, 0.85, 2.2, 0.0, pair="4->9")]
+    (kit,) = faithfulness.floor_gap(rows)
+    (reference,) = faithfulness.floor_gap(rows, backbone="reference")
+    assert (kit["fid"], kit["floor_fid"], kit["within"]) == (12.0, 9.0, False)
+    assert (reference["fid"], reference["floor_fid"], reference["within"]) == (2.2, 2.0, True)
+
+
+def _reference_generator_for(monkeypatch, *pairs: tuple[int, int]) -> None:
+    """The shipped manifest as if the reference generator's encoders and maps were trained for ``pairs`` only."""
+    ours = ("c3lt_reference_", "encoder_reference_")
+    shipped = {k: v for k, v in faithfulness.read_manifest().items() if not k.startswith(ours)}
+    shipped.update({f"{family}{q}_{t}": {"steps": 9000 + q} for family in ours for q, t in pairs})
+    monkeypatch.setattr(faithfulness, "read_manifest", lambda *a: shipped)
+
+
+def test_c3lt_on_the_reference_generator_joins_the_study_once_every_pair_has_it(monkeypatch) -> None:
+    _reference_generator_for(monkeypatch, (4, 9))
+    assert faithfulness.reference_generator_missing() == [(3, 8), (5, 6)]
+    assert (C3LT.name, faithfulness.REFERENCE_GENERATOR) not in {(s.method, s.setting)
+                                                                 for s in faithfulness.study_settings(["c3lt"])}
+    assert [f.setting for f in faithfulness.study_floors(["c3lt", "ldce"])] == ["floor G(E(x))", "floor D(E(x))"]
+    with pytest.raises(InputError, match=r"needs encoder_reference_3_8 and c3lt_reference_3_8 in the zoo; train "
+                                         r"them with `cfkit train encoder_reference c3lt_reference --pair 3 8"):
+        faithfulness.reference_generator_pairs("4->9,3->8")
+    assert faithfulness.reference_generator_pairs() == [(4, 9)], "by default: the pairs it is trained for"
+    _reference_generator_for(monkeypatch)
+    with pytest.raises(InputError, match="needs encoder_reference_4_9 and c3lt_reference_4_9"):
+        faithfulness.reference_generator_pairs()
+    _reference_generator_for(monkeypatch, *faithfulness.PAIRS)
+    setting = next(s for s in faithfulness.study_settings(["c3lt"]) if s.setting == faithfulness.REFERENCE_GENERATOR)
+    assert (setting.budget, setting.unit) == (9004, "training steps on dcgan_reference"), "mean steps of the pairs"
+    assert [f.setting for f in faithfulness.study_floors(["c3lt"])] == ["floor G(E(x))",
+                                                                       "floor G(E(x)) on dcgan_reference"]
+
+
+def test_cli_scores_c3lt_on_the_reference_generator_where_it_is_trained(tmp_path, monkeypatch) -> None:
+    """The pairs the C3LT code's generator has maps for: pair rows (a mean only once all three have them), beside
+    that generator's floor, in place of their old rows in the study CSV."""
+    ready = faithfulness.reference_generator_pairs()  # the real zoo: the first pair it holds
+    others = {f"c3lt_reference_{q}_{t}" for q, t in faithfulness.PAIRS if (q, t) != ready[0]}
+    shipped = {k: v for k, v in faithfulness.read_manifest().items() if k not in others}
+    monkeypatch.setattr(faithfulness, "read_manifest", lambda *a: shipped)
+    csv_path = faithfulness.write_csv([{**_row("c3lt", "reference", 1.0, 20.0, 0.01), "budget_unit": "training steps"},
+                                       {**_row("c3lt", faithfulness.REFERENCE_GENERATOR, 9.0, 9.0, 9.0,
+                                               pair="4->9"), "budget_unit": "x"}], tmp_path / "study.csv")
+    assert cli.main(["faithfulness", "--reference-generator", "-n", "8", "--csv", str(csv_path)]) == 0
+    rows = faithfulness.read_csv(csv_path)
+    pair = f"{ready[0][0]}->{ready[0][1]}"
+    assert [(r["setting"], r["pair"]) for r in rows] == [
+        ("reference", "mean"), (faithfulness.REFERENCE_GENERATOR, pair), ("floor G(E(x)) on dcgan_reference", pair)]
+    scored = rows[1]
+    assert scored["n"] == 8 and scored["budget_unit"] == "training steps on dcgan_reference" and scored["im1"] < 9.0
+    assert scored["budget"] == faithfulness.read_manifest()[f"c3lt_reference_{ready[0][0]}_{ready[0][1]}"]["steps"]
+    assert rows[2]["budget"] is None and rows[2]["validity"] > 0.5, "a floor: real target digits, reconstructed"
 
 
 def test_floor_gap_compares_ldce_with_its_vae_floor() -> None:

@@ -241,6 +241,10 @@ def _cmd_faithfulness(args: argparse.Namespace) -> None:
         rows = faithfulness.run_study(settings, pairs, args.n_queries, device=args.device)
         print(f"written to {faithfulness.replace_settings(args.csv, rows)} (its other settings kept)")
         return
+    if args.reference_generator:
+        rows = faithfulness.reference_generator_rows(args.pairs, args.n_queries, device=args.device)
+        print(f"written to {faithfulness.replace_settings(args.csv, rows)} (its other settings kept)")
+        return
     if args.c3lt_ablation:
         pair = faithfulness.parse_pairs(pairs)[0] if args.pairs else (5, 6)
         rows = faithfulness.c3lt_ablation(pair, args.max_steps or 1000, args.n_queries)
@@ -366,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: LDCE at the table's setting with every snapshot of its denoiser's training curve "
                         "(DIR, default runs/backbones/ldm_unet: `cfkit backbone ldm_unet`), settings denoiser@<epoch>; "
                         "they replace those settings' rows in --csv, the other rows kept")
+    p.add_argument("--reference-generator", action="store_true",
+                   help="instead: C3LT at its reference schedule on the C3LT code's generator and per-pair encoders, "
+                        "with that generator's floor, on the pairs that have them (default every protocol pair that "
+                        "does; a mean row once all three do); they replace those settings' rows in --csv")
     p.add_argument("--c3lt-ablation", action="store_true",
                    help="instead: retrain one pair's C3LT maps (default 5->6, --max-steps default 1000) with each loss "
                         "term off or up and a wider map, and score each")

@@ -12,6 +12,7 @@ import copy
 import csv
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -22,7 +23,7 @@ from ..data import PAIRS, load_mnist, pair_name
 from ..errors import InputError
 from ..methods.adversarial import ATTACK_KIT, ATTACK_REFERENCE, AdversarialAttack
 from ..methods.base import CounterfactualMethod, Result
-from ..methods.c3lt import C3LT
+from ..methods.c3lt import C3LT, C3LTConfig
 from ..methods.cem import CEM, CEM_REFERENCE, CEMConfig
 from ..methods.cve import CVE, CVE_KIT, CVE_REFERENCE
 from ..methods.expgan import ExpGAN
@@ -32,7 +33,8 @@ from ..scoring.evaluation import compare_settings, parse_pairs, protocol_queries
 from ..scoring.metrics import MetricModels
 from ..scoring.pairs import evaluate_pair, mean_row
 from ..zoo.checkpoints import load, load_needs, pair_name as model_name, pair_spec, read_manifest, train
-from ..zoo.latent_maps import REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
+from ..zoo.latent_maps import REFERENCE_FAMILY, REFERENCE_WEIGHTS, C3LTMaps, fit_c3lt
+from ..zoo.reference_gan import FAMILY as REFERENCE_ENCODERS
 from .curve import CURVE_DIR, load_denoiser_snapshot
 
 COLUMNS = ("method", "setting", "budget", "n", "im1", "im2", "fid", "validity", "proximity", "seconds_per_cf",
@@ -118,9 +120,9 @@ PAIR_METHODS = {cls.family: cls for cls in (C3LT, ExpGAN)}
 
 def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Setting]:
     """C3LT and ExpGAN: the first-generation checkpoints (``kit``) against the shipped, retrained ones
-    (``reference``); the budget is the training steps from each manifest."""
-
-    rows = []
+    (``reference``), and C3LT on the reference generator once every pair has it; the budget is the mean training
+    steps over ``pairs`` from each manifest."""
+    pairs, rows = parse_pairs(pairs), []
     for cls in PAIR_METHODS.values():
         for setting, directory in (("kit", FIRST_GENERATION_DIR), ("reference", None)):
             manifest = read_manifest(directory)
@@ -128,7 +130,51 @@ def pair_model_settings(pairs: Iterable[tuple[int, int]] = PAIRS) -> list[Settin
             budget = sum(steps) / len(steps) if all(steps) else float("nan")
             rows.append(Setting(cls.name, setting, budget, "training steps",
                                 lambda c, d, cls=cls, directory=directory: cls(c, pair_dir=directory, device=d)))
+    if not reference_generator_missing(pairs):  # till then `cfkit faithfulness --reference-generator` scores some
+        rows.append(reference_generator_setting(pairs))
     return rows
+
+
+def reference_generator_missing(pairs: str | Iterable = PAIRS) -> list[tuple[int, int]]:
+    """The ``pairs`` whose C3LT maps on the reference generator (or their encoder) are not in the zoo yet."""
+    shipped = read_manifest()
+    return [p for p in parse_pairs(pairs)
+            if not all(model_name(f, p) in shipped for f in (REFERENCE_FAMILY, REFERENCE_ENCODERS))]
+
+
+def reference_generator_pairs(pairs: str | Iterable | None = None) -> list[tuple[int, int]]:
+    """The pairs whose C3LT maps on the reference generator are shipped (of ``pairs``, default the protocol's);
+    a pair asked for by name without them is refused with the command that trains them."""
+    missing = reference_generator_missing(pairs or PAIRS)
+    ready = [p for p in parse_pairs(pairs or PAIRS) if p not in missing]
+    if (pairs is not None and missing) or not ready:
+        q, t = missing[0]
+        raise InputError(f"C3LT on the reference generator needs {model_name(REFERENCE_ENCODERS, (q, t))} and "
+                         f"{model_name(REFERENCE_FAMILY, (q, t))} in the zoo; train them with `cfkit train "
+                         f"{REFERENCE_ENCODERS} {REFERENCE_FAMILY} --pair {q} {t} --precision bfloat16` (README "
+                         "\"Backbones\").")
+    return ready
+
+
+def reference_generator_setting(pairs: str | Iterable | None = None) -> Setting:
+    """C3LT at its reference schedule on the C3LT code's DCGAN and per-pair encoders (:data:`REFERENCE_GENERATOR`);
+    the budget is the maps' mean training steps over ``pairs``, from the manifest."""
+    manifest = read_manifest()
+    steps = [manifest[model_name(REFERENCE_FAMILY, p)]["steps"] for p in reference_generator_pairs(pairs)]
+    return Setting(C3LT.name, REFERENCE_GENERATOR, sum(steps) / len(steps), REFERENCE_GENERATOR_UNIT,
+                   lambda c, d: C3LT(c, C3LTConfig(backbone="reference"), device=d))
+
+
+def reference_generator_rows(pairs: str | Iterable | None = None, n_queries: int = 100,
+                             models: MetricModels | None = None, device: str = "cpu", seed: int = 0) -> list[dict]:
+    """C3LT on the reference generator and that generator's floor, on the pairs that have its models (default:
+    every protocol pair that does). Pair rows, and the mean row only once they are the protocol's three: a mean
+    over fewer pairs would sit beside the other settings' three-pair means as if it were one of them."""
+    ready = reference_generator_pairs(pairs)
+    models = models or MetricModels.from_zoo(inception=False)
+    rows = run_study([reference_generator_setting(ready)], ready, n_queries, models, device, seed, log=None)
+    rows += backbone_floor(C3LT.name, ready, n_queries, models, seed, backbone="reference")
+    return rows if set(ready) == set(PAIRS) else [r for r in rows if r["pair"] != "mean"]
 
 
 def snapshot_setting(family: str, step: int, models: dict[tuple[int, int], nn.Module]) -> Setting:
@@ -322,49 +368,89 @@ def ldce_with_denoiser(unet: nn.Module, n_queries: int = 100, pairs: str | Itera
             for metric in ("im1", "fid", "validity") for end in ("", "_lo", "_hi")}
 
 
-def _c3lt_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
-    generator, encoder = load("dcgan").generator, load("encoder")
-    return lambda x: generator(encoder(x))
+Reconstruction = Callable[[tuple[int, int]], Callable[[torch.Tensor], torch.Tensor]]
+"""A backbone's reconstruction of one pair's digits: pair -> (x -> the backbone's decoding of its own code of x)."""
 
 
-def _ldce_reconstruction() -> Callable[[torch.Tensor], torch.Tensor]:
+def _c3lt_reconstruction(backbone: str) -> Reconstruction:
+    method = C3LT(load("classifier"), C3LTConfig(backbone=backbone))
+    return lambda pair: (lambda x, encoder=method.encoder(pair): method.generator(encoder(x)))
+
+
+def _ldce_reconstruction() -> Reconstruction:
     vae = load("ldm_vae")
-    return lambda x: vae.decode(vae.encode(x))
+    return lambda pair: (lambda x: vae.decode(vae.encode(x)))
 
 
-FLOORS: dict[str, tuple[str, Callable[[], Callable[[torch.Tensor], torch.Tensor]]]] = {
-    C3LT.name: ("floor G(E(x))", _c3lt_reconstruction),
-    LDCE.name: ("floor D(E(x))", _ldce_reconstruction),
-}
-"""Methods whose counterfactuals come out of a backbone's decoder, with their floor's setting name and the
-backbone's reconstruction: C3LT's generator over its encoder, LDCE's VAE (the latent the diffusion model edits)."""
+REFERENCE_GENERATOR = "reference on dcgan_reference"
+"""C3LT at its reference schedule on the C3LT code's generator and per-pair encoders (``backbone="reference"``)."""
+REFERENCE_GENERATOR_UNIT = "training steps on dcgan_reference"
+"""Its budget axis: the maps' training steps, on another generator than the kit's rows (no setting the verdicts
+may pick in place of the kit generator's reference)."""
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What a method's backbone allows at best: the backbone's reconstruction of real target digits, scored as a
+    counterfactual set, named ``setting`` in the study; :func:`floor_gap` sets it beside the method's ``bounds``."""
+
+    method: str
+    backbone: str
+    setting: str
+    bounds: str
+    reconstruction: Callable[[], Reconstruction]
+
+
+FLOORS: tuple[Floor, ...] = (
+    Floor(C3LT.name, "kit", "floor G(E(x))", "reference", partial(_c3lt_reconstruction, "kit")),
+    Floor(C3LT.name, "reference", "floor G(E(x)) on dcgan_reference", REFERENCE_GENERATOR,
+          partial(_c3lt_reconstruction, "reference")),
+    Floor(LDCE.name, "kit", "floor D(E(x))", "reference", _ldce_reconstruction),
+)
+"""Methods whose counterfactuals come out of a backbone's decoder, one floor a backbone: C3LT's generator over
+its encoder (the kit's DCGAN and shared encoder, or the C3LT code's DCGAN and the pair's encoder), LDCE's VAE (the
+latent the diffusion model edits)."""
+
+
+def find_floor(method: str, backbone: str = "kit") -> Floor:
+    """The floor of ``method`` on ``backbone``; an unknown one is refused with the floors there are."""
+    for floor in FLOORS:
+        if (floor.method, floor.backbone) == (method, backbone):
+            return floor
+    known = ", ".join(f"{f.method} on {f.backbone}" for f in FLOORS)
+    raise InputError(f"no backbone floor for {method!r} on the {backbone!r} backbone; floors exist for {known}.")
+
+
+def study_floors(methods: Iterable[str]) -> list[Floor]:
+    """The floors of ``methods`` that the study scores: the kit backbones', and the reference generator's once its
+    models are trained for every protocol pair (as its setting, :func:`pair_model_settings`)."""
+    wanted = set(methods)
+    return [f for f in FLOORS if f.method in wanted and (f.backbone == "kit" or not reference_generator_missing())]
 
 
 def backbone_floor(method: str, pairs: str | Iterable = PAIRS, n_queries: int = 100,
-                   models: MetricModels | None = None, seed: int = 0) -> list[dict]:
+                   models: MetricModels | None = None, seed: int = 0, backbone: str = "kit") -> list[dict]:
     """What ``method``'s backbone allows at best (:data:`FLOORS`): the reconstruction of ``n_queries`` real
     *training* digits of each target class, no edit applied, scored like a counterfactual set of the pair (kit-FID
     against the target's test digits). A counterfactual cannot look more real than the backbone's reconstruction
     of a real target digit."""
-    if method not in FLOORS:
-        raise InputError(f"no backbone floor for {method!r}; floors exist for {', '.join(FLOORS)}.")
-    label, reconstruction = FLOORS[method]
-    reconstruct = reconstruction()
+    floor = find_floor(method, backbone)
+    reconstruction = floor.reconstruction()
     models = models or MetricModels.from_zoo(inception=False)
     pair_rows, pair_reps = [], []
     for pair in parse_pairs(pairs):
         x, _ = protocol_queries(pair, n_queries)
         real = load_mnist("train", digits=(pair[1],))[0][: len(x)]
         with torch.inference_mode():
-            reconstructed = reconstruct(real)
+            reconstructed = reconstruction(pair)(real)
         reps: dict[str, torch.Tensor] = {}
         row = evaluate_pair(x, reconstructed, pair[0], pair[1], reference_images(pair[1]), models, seed=seed,
                             replicates=reps)
         pair_rows.append({**row, "pair": pair_name(pair), "budget_run": None})
         pair_reps.append(reps)
     mean = {**mean_row(pair_rows, pair_reps), "pair": "mean", "budget_run": None}
-    floor = Setting(method, label, float("nan"), "none", lambda c, d: None)
-    return [_study_row(floor, row, "cpu") for row in pair_rows + [mean]]
+    setting = Setting(method, floor.setting, float("nan"), "none", lambda c, d: None)
+    return [_study_row(setting, row, "cpu") for row in pair_rows + [mean]]
 
 
 C3LT_ABLATION = {
@@ -440,11 +526,13 @@ def recorded_numbers(rows: list[dict]) -> dict[str, float]:
     return numbers
 
 
-def floor_gap(rows: list[dict], setting: str = "reference", method: str = C3LT.name) -> list[dict]:
-    """Per pair, ``method``'s kit-FID at ``setting`` beside its backbone's floor (:func:`backbone_floor`): is it
-    within its interval of the floor?"""
-    label = FLOORS[method][0]
-    floor = {r["pair"]: r for r in rows if r["method"] == method and r["setting"] == label}
+def floor_gap(rows: list[dict], setting: str | None = None, method: str = C3LT.name,
+              backbone: str = "kit") -> list[dict]:
+    """Per pair, ``method``'s kit-FID at ``setting`` (default the one its floor bounds) beside its backbone's floor
+    (:func:`backbone_floor`): is it within its interval of the floor?"""
+    floor_of = find_floor(method, backbone)
+    setting = setting or floor_of.bounds
+    floor = {r["pair"]: r for r in rows if r["method"] == method and r["setting"] == floor_of.setting}
     out = []
     for r in (r for r in rows if r["method"] == method and r["setting"] == setting and r["pair"] in floor):
         gap = r["fid"] - floor[r["pair"]]["fid"]
